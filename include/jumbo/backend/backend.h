@@ -1,0 +1,112 @@
+#pragma once
+// Backend: the one seam between the model and a device. Memory plus one function per kernel
+// the model needs, forward and backward, in the style of llm.c: explicit, no autograd.
+//
+// Conventions:
+// - Activations and compute weights have the compute dtype (f32 or bf16); every kernel reads
+//   and writes its tensors' own dtypes and computes in fp32.
+// - Weight gradients ("main grads"), layernorm statistics and loss parts are always f32, and
+//   gradient outputs marked "+=" accumulate, so microbatches add into one buffer.
+// - Shapes: N tokens (= micro batch x sequence), C model width, rows of a linear weight are
+//   its outputs (PyTorch layout). Tensor parallelism passes local slices; the model adds the
+//   communication between kernels, the backend knows nothing of it.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "jumbo/backend/arena.h"
+#include "jumbo/backend/tensor.h"
+
+namespace jumbo {
+
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1.f;  // applied to the gradient first (global-norm clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual Arena make_arena(size_t bytes, const std::string& name) = 0;
+  virtual void fill(Tensor t, float value) = 0;
+  // dst = src element by element; numel must match; converts between f32 and bf16.
+  virtual void copy(Tensor dst, Tensor src) = 0;
+  virtual void synchronize() {}
+
+  // ---- embeddings ----
+  // out[N,C] = wte[token - vocab_start] for tokens in this rank's slice [vocab_start,
+  // vocab_start + wte.rows), zero rows otherwise (vocab-parallel: an all-reduce follows).
+  virtual void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) = 0;
+  // dwte (f32) += scatter of dout rows to their tokens' rows, same slice rule.
+  virtual void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) = 0;
+  // out[B,T,C] += wpe[t] for every b (T <= wpe rows).
+  virtual void position_embedding_fwd(Tensor out, Tensor wpe) = 0;
+  // dwpe[t] (f32) += sum over b of dout[b,t].
+  virtual void position_embedding_bwd(Tensor dwpe, Tensor dout) = 0;
+
+  // ---- layernorm over the last dim of x[N,C] ----
+  virtual void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight,
+                             Tensor bias, float eps) = 0;
+  // dx += ..., dweight (f32) += ..., dbias (f32) += ...
+  virtual void layernorm_bwd(Tensor dx, Tensor dweight, Tensor dbias, Tensor dout, Tensor x,
+                             Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // ---- linear: out[N,O] = in[N,I] @ weight[O,I]^T + bias[O] (bias may be empty) ----
+  virtual void linear_fwd(Tensor out, Tensor in, Tensor weight, Tensor bias) = 0;
+  // din[N,I] = (or += when accumulate_din) dout @ weight; dweight (f32) += dout^T @ in;
+  // dbias (f32, may be empty) += column sums of dout. din may be empty (not needed).
+  virtual void linear_bwd(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
+                          Tensor weight, bool accumulate_din) = 0;
+
+  // ---- causal self-attention ----
+  // qkv is a 3-d tensor [B, T, H*3*D] laid out per head as (q, k, v), each D wide; the head
+  // count H comes from probs (f32 [B,H,T,T], saved for the backward; zero above the diagonal).
+  // out[B,T,H*D] = softmax(q k^T / sqrt(D), causal) v.
+  virtual void attention_fwd(Tensor out, Tensor probs, Tensor qkv) = 0;
+  // dqkv (same layout as qkv) = ...; dprobs (f32 [B,H,T,T]) is scratch.
+  virtual void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv,
+                             Tensor probs) = 0;
+
+  // ---- elementwise ----
+  virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // tanh approximation
+  virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
+  virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b
+  virtual void accumulate(Tensor dst, Tensor src) = 0;              // dst += src
+
+  // ---- vocab-parallel cross-entropy, from parts (logits[N,Vl] = this rank's vocab slice) ----
+  virtual void ce_local_max(Tensor max, Tensor logits) = 0;                       // f32 [N]
+  virtual void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max) = 0;     // f32 [N]
+  // target_logit[n] = logits[n, target - vocab_start] if the target is in this slice, else 0.
+  virtual void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets,
+                               int64_t vocab_start) = 0;
+  // losses[n] = log(sumexp[n]) + max[n] - target_logit[n], after the tp all-reduces.
+  virtual void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) = 0;
+  // dlogits = (softmax - onehot(target)) * scale; dlogits may alias logits.
+  virtual void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
+                      int64_t vocab_start, float scale) = 0;
+
+  // ---- optimizer and reductions (f32 master, grads and state) ----
+  // AdamW on one parameter range; compute_copy (may be empty) receives the new weights in
+  // the compute dtype (the bf16 copy in mixed precision).
+  virtual void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
+                     const AdamWStep& s) = 0;
+  virtual double sum_squares(Tensor t) = 0;
+  virtual void scale(Tensor t, float s) = 0;
+  // Copies n f32 values from device tensor t to the host (for losses and statistics).
+  virtual void to_host(float* dst, Tensor t) = 0;
+  // Copies host data into a device tensor of the same byte size.
+  virtual void from_host(Tensor dst, const void* src) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace jumbo

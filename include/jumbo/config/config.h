@@ -1,0 +1,110 @@
+#pragma once
+// Run configuration: one struct per TOML section, validated in one place (validate.cpp).
+// Defaults are GPT-3's published values (Brown et al. 2020, table 2.1 and appendix B).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace jumbo {
+
+// A user mistake: one line naming the file/key/rank, the value and what was expected.
+// The CLI prints what() and exits non-zero; never a stack trace.
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Precision { fp32, bf16 };
+const char* to_string(Precision p);
+
+struct ModelConfig {
+  std::string preset;        // path of the preset file the keys came from (informational)
+  std::string name = "custom";
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t ffn = 0;           // 0 means 4 x d_model
+  int64_t vocab = 0;         // tokenizer vocabulary; padded_vocab() rounds it up
+  int64_t context = 0;       // sequence length (positions)
+  int64_t vocab_multiple = 128;  // pad to a multiple of vocab_multiple x tp
+
+  int64_t head_dim() const { return d_model / heads; }
+  int64_t ffn_dim() const { return ffn > 0 ? ffn : 4 * d_model; }
+  int64_t padded_vocab(int64_t tp = 1) const {
+    const int64_t m = vocab_multiple * tp;
+    return (vocab + m - 1) / m * m;
+  }
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t micro_batch = 1;   // sequences per microbatch per data-parallel rank
+};
+
+struct TrainConfig {
+  int64_t steps = 0;
+  int64_t global_batch = 0;        // sequences per optimizer step (after ramp-up)
+  double lr = 6e-4;
+  double min_lr = 6e-5;            // cosine decays to this (GPT-3: 10% of peak)
+  int64_t warmup_tokens = 375'000'000;   // GPT-3: 375M tokens
+  int64_t decay_tokens = 0;        // cosine length in tokens; 0 = the whole run
+  int64_t rampup_start_batch = 0;  // 0 = no batch ramp-up; else first global batch (sequences)
+  int64_t rampup_tokens = 0;       // tokens over which the batch grows to global_batch
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;          // 0 disables clipping
+  uint64_t seed = 1234;
+  Precision precision = Precision::fp32;
+  int64_t eval_every = 0;          // steps between validation evaluations; 0 = never
+  int64_t eval_batches = 8;        // microbatches per evaluation
+  int64_t threads = 0;             // OpenMP threads; 0 = what OMP_NUM_THREADS / cores say
+};
+
+struct DataConfig {
+  std::string train;       // prefix of a prepared dataset: PREFIX.bin + PREFIX.idx
+  std::string valid;       // same, held-out split; may be empty
+  std::string tokenizer;   // SentencePiece .model; checked against the dataset's header
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t every = 0;
+  std::string resume = "none";
+};
+
+struct LogConfig {
+  std::string metrics_file;   // JSON line per step; empty = none
+  int64_t every = 1;          // human line every N steps on rank 0
+  double peak_tflops = 0;     // per-device peak for MFU; 0 = measure this machine's fp32 peak
+};
+
+struct RunConfig {
+  std::string source = "<embedded demo>";  // file the config was read from, for messages
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+// Reads a run config TOML file, applies `section.key=value` overrides, validates.
+// Throws UserError with one line on any mistake.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+// Same from TOML text (the embedded demo config); `source` names it in messages.
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::string>& overrides);
+// Reads just a model preset file (keys of the [model] section, at top level or under [model]).
+ModelConfig load_model_config(const std::string& path);
+// All consistency checks in one place; `world_size` is the MPI world. world_size 0 (what
+// load_run_config uses, before MPI is up) skips the world-size checks and takes dp = 1.
+void validate(const RunConfig& cfg, int world_size);
+void validate_model(const ModelConfig& m, const std::string& source);
+// The resolved config as TOML text: every key of every section, the preset already applied.
+// Parsing it back gives the same config (for `jumbo info` and run logs).
+std::string describe(const RunConfig& cfg);
+
+}  // namespace jumbo

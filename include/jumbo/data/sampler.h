@@ -1,0 +1,31 @@
+#pragma once
+// GPT sampler: the token stream is cut into samples of seq_len + 1 tokens (inputs and shifted
+// targets; consecutive samples share one token). Each epoch visits every sample once in an
+// order that is a pseudorandom permutation keyed by (seed, epoch), computed per index by a
+// Feistel network: no index array, so its memory does not grow with the dataset.
+#include <cstdint>
+
+#include "jumbo/data/indexed_dataset.h"
+
+namespace jumbo {
+
+class GptSampler {
+ public:
+  // Throws UserError naming the dataset if it holds fewer than seq_len + 1 tokens.
+  GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed, bool shuffle = true);
+  int64_t samples_per_epoch() const { return samples_per_epoch_; }
+  // The sample at position `index` of the endless sequence of epochs: writes seq_len + 1
+  // tokens to out.
+  void sample(int64_t index, int32_t* out) const;
+  // Which stored sample position `index` maps to (exposed for tests).
+  int64_t permuted(int64_t index) const;
+
+ private:
+  const IndexedDataset& data_;
+  int64_t seq_len_;
+  uint64_t seed_;
+  bool shuffle_;
+  int64_t samples_per_epoch_;
+};
+
+}  // namespace jumbo

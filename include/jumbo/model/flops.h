@@ -1,0 +1,23 @@
+#pragma once
+// Parameter counts and model FLOPs (Narayanan et al. 2021, "Efficient Large-Scale Language
+// Model Training on GPU Clusters", appendix; Megatron-LM's code counts causal attention at half).
+#include <cstdint>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+// Exact count of this implementation's parameters (padded vocabulary included).
+int64_t parameter_count(const ModelConfig& m, int64_t tp = 1);
+// The paper's closed form 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) with the unpadded vocabulary.
+double parameter_count_formula(const ModelConfig& m);
+// Model FLOPs of one training iteration (forward + backward, no recomputation) for `sequences`
+// sequences of length s: 72 B s l h^2 (1 + s/(12h) + V/(12 l h)) with the padded vocabulary.
+// Causal attention counted at half (s/(12h) rather than the paper's s/(6h)).
+double model_flops_per_iteration(const ModelConfig& m, int64_t sequences, int64_t seq);
+double model_flops_per_token(const ModelConfig& m, int64_t seq);
+// The formula, for printing next to the numbers.
+inline constexpr const char* kModelFlopsFormula =
+    "72 B s l h^2 (1 + s/(12h) + V/(12 l h))  [Narayanan et al. 2021; causal attention at half]";
+
+}  // namespace jumbo

@@ -1,0 +1,48 @@
+#pragma once
+// Per-step metrics: a JSON line per step to log.metrics_file, a human line on rank 0.
+// Fields are documented in docs/metrics.md.
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace jumbo {
+
+struct StepMetrics {
+  int64_t step = 0;            // 1-based optimizer step just finished
+  int64_t total_steps = 0;
+  double loss = 0;             // mean training loss over the step's tokens (nats)
+  double lr = 0;
+  double grad_norm = 0;        // global norm before clipping
+  int64_t global_batch = 0;    // sequences this step (changes during batch ramp-up)
+  int64_t tokens = 0;          // tokens consumed so far, this step included
+  double tokens_per_s = 0;
+  double tflops_per_device = 0;  // model FLOPs / step time / world size
+  double mfu = 0;              // tflops_per_device / peak
+  double step_time_s = 0;
+  uint64_t mem_peak_bytes = 0; // peak resident memory of this process
+  double eta_s = 0;            // estimated time left
+  std::optional<double> val_loss;
+};
+
+class MetricsLog {
+ public:
+  // path empty: no JSON file. Throws UserError naming the file if it cannot be opened.
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const StepMetrics& m);  // one JSON line, flushed; the file is opened for append
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+std::string to_json_line(const StepMetrics& m);
+// "step   12/200 | loss 5.1234 | val 5.3000 | lr 3.00e-04 | gnorm 0.850 | batch 32 | 12.3k tok/s |
+//  0.103 TFLOP/s | MFU 51.2% | mem 1.2 GiB | left 3m12s" (val only when present)
+std::string human_line(const StepMetrics& m);
+std::string format_duration(double seconds);  // "45s", "3m12s", "2h05m", "3d04h"
+
+}  // namespace jumbo

@@ -1,0 +1,59 @@
+#pragma once
+// Trainer: the step loop. Owns the model, optimizer, data and metrics of one run.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
+#include "jumbo/data/indexed_dataset.h"
+#include "jumbo/data/sampler.h"
+#include "jumbo/model/gpt.h"
+#include "jumbo/obs/metrics.h"
+#include "jumbo/train/batch.h"
+#include "jumbo/train/optimizer.h"
+#include "jumbo/train/schedule.h"
+
+namespace jumbo {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  std::optional<double> final_val_loss;
+  std::vector<double> losses;  // per step, for tests
+};
+
+class Trainer {
+ public:
+  // Validates the config against the world and the data (tokenizer, dataset headers) and
+  // allocates everything; throws UserError on a mistake.
+  Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> world);
+  ~Trainer();
+  TrainSummary run();
+  // Mean per-token loss over eval_batches microbatches of the validation set.
+  double evaluate();
+  GptModel& model() { return *model_; }
+
+ private:
+  void print(const std::string& line) const;
+
+  RunConfig cfg_;
+  Backend& backend_;
+  std::shared_ptr<Comm> world_;
+  int64_t seq_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<IndexedDataset> train_data_, valid_data_;
+  std::unique_ptr<GptSampler> train_sampler_, valid_sampler_;
+  std::unique_ptr<DatasetBatches> train_batches_, valid_batches_;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<LrSchedule> lr_;
+  std::unique_ptr<BatchRamp> ramp_;
+  std::vector<int32_t> tokens_, targets_;
+  double peak_tflops_ = 0;
+};
+
+}  // namespace jumbo

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs the Debian packages jumbo builds and tests with. Idempotent and fast when nothing
+# is missing: it asks dpkg first and touches apt only for what is absent.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git python3
+  openmpi-bin libopenmpi-dev
+  libopenblas-openmp-dev libhdf5-openmpi-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+# Root runs apt directly (containers, CI); anyone else goes through sudo.
+as_root() {
+  if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi
+}
+
+is_installed() {
+  [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]
+}
+
+missing=()
+for package in "${packages[@]}"; do
+  is_installed "$package" || missing+=("$package")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -q
+  as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# With the pthread OpenBLAS installed as well, Debian may select it for libblas.so.3 and
+# libopenblas.so.0. Its threads fight our OpenMP loops (~30% slower), so select the OpenMP
+# build whenever both are present.
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+for library in libblas.so.3 libopenblas.so.0 liblapack.so.3; do
+  name="$library-$multiarch"
+  want="/usr/lib/$multiarch/openblas-openmp/$library"
+  update-alternatives --list "$name" >/dev/null 2>&1 || continue
+  update-alternatives --list "$name" | grep -qx "$want" || continue
+  current=$(update-alternatives --query "$name" | sed -n 's/^Value: //p')
+  if [[ $current == "$want" ]]; then
+    echo "install-deps: $library -> openblas-openmp (already)"
+  else
+    echo "install-deps: $library: switching ${current:-none} -> $want"
+    as_root update-alternatives --set "$name" "$want"
+  fi
+done

@@ -1,0 +1,92 @@
+// CpuBackend: the reference backend, host memory, OpenBLAS + OpenMP kernels (kernels_*.cpp).
+#include <cstring>
+
+#include "jumbo/backend/backend.h"
+#include "kernels.h"
+
+namespace jumbo {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string name() const override { return "cpu"; }
+
+  Arena make_arena(size_t bytes, const std::string& name) override { return Arena(bytes, name); }
+  void fill(Tensor t, float value) override { cpu::fill(t, value); }
+  void copy(Tensor dst, Tensor src) override { cpu::copy(dst, src); }
+
+  void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) override {
+    cpu::token_embedding_fwd(out, tokens, wte, vocab_start);
+  }
+  void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) override {
+    cpu::token_embedding_bwd(dwte, dout, tokens, vocab_start);
+  }
+  void position_embedding_fwd(Tensor out, Tensor wpe) override {
+    cpu::position_embedding_fwd(out, wpe);
+  }
+  void position_embedding_bwd(Tensor dwpe, Tensor dout) override {
+    cpu::position_embedding_bwd(dwpe, dout);
+  }
+  void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b,
+                     float eps) override {
+    cpu::layernorm_fwd(out, mean, rstd, x, w, b, eps);
+  }
+  void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w,
+                     Tensor mean, Tensor rstd) override {
+    cpu::layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd);
+  }
+  void linear_fwd(Tensor out, Tensor in, Tensor w, Tensor bias) override {
+    cpu::linear_fwd(scratch_, out, in, w, bias);
+  }
+  void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                  bool accumulate_din) override {
+    cpu::linear_bwd(scratch_, din, dw, dbias, dout, in, w, accumulate_din);
+  }
+  void attention_fwd(Tensor out, Tensor probs, Tensor qkv) override {
+    cpu::attention_fwd(out, probs, qkv);
+  }
+  void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs) override {
+    cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs);
+  }
+  void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
+  void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cpu::gelu_bwd(din, dout, in); }
+  void add(Tensor out, Tensor a, Tensor b) override { cpu::add(out, a, b); }
+  void accumulate(Tensor dst, Tensor src) override { cpu::accumulate(dst, src); }
+
+  void ce_local_max(Tensor max, Tensor logits) override { cpu::ce_local_max(max, logits); }
+  void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max) override {
+    cpu::ce_local_sumexp(sumexp, logits, max);
+  }
+  void ce_target_logit(Tensor tl, Tensor logits, Tensor targets, int64_t vocab_start) override {
+    cpu::ce_target_logit(tl, logits, targets, vocab_start);
+  }
+  void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor tl) override {
+    cpu::ce_loss(losses, max, sumexp, tl);
+  }
+  void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
+              int64_t vocab_start, float scale) override {
+    cpu::ce_bwd(dlogits, logits, max, sumexp, targets, vocab_start, scale);
+  }
+
+  void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
+             const AdamWStep& s) override {
+    cpu::adamw(master, grad, m, v, compute_copy, s);
+  }
+  double sum_squares(Tensor t) override { return cpu::sum_squares(t); }
+  void scale(Tensor t, float s) override { cpu::scale(t, s); }
+  void to_host(float* dst, Tensor t) override {
+    cpu::expect(t.dtype == DType::f32, "to_host: f32 tensor");
+    std::memcpy(dst, t.data, t.bytes());
+  }
+  void from_host(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.bytes()); }
+
+ private:
+  cpu::Scratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace jumbo

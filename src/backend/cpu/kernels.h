@@ -1,0 +1,72 @@
+#pragma once
+// CPU kernels behind CpuBackend. Each takes Tensors whose dtypes it checks; activations and
+// compute weights are f32 or bf16 (one compute dtype per call), grads and statistics f32.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/backend/bf16.h"
+
+namespace jumbo::cpu {
+
+// Calls f with a value of the storage type of `t` (float or bf16).
+template <class F>
+void dispatch_float(DType t, F&& f) {
+  if (t == DType::f32) {
+    f(float{});
+  } else if (t == DType::bf16) {
+    f(bf16{});
+  } else {
+    throw std::logic_error(std::string("kernel: expected f32 or bf16, got ") + to_string(t));
+  }
+}
+
+inline void expect(bool ok, const char* what) {
+  if (!ok) throw std::logic_error(std::string("kernel contract violated: ") + what);
+}
+
+// Grow-once scratch for f32 copies of bf16 operands (sized by the first step; reused after).
+class Scratch {
+ public:
+  float* get(int slot, size_t count);
+
+ private:
+  std::vector<std::vector<float>> slots_;
+};
+
+void fill(Tensor t, float value);
+void copy(Tensor dst, Tensor src);
+void gelu_fwd(Tensor out, Tensor in);
+void gelu_bwd(Tensor din, Tensor dout, Tensor in);
+void add(Tensor out, Tensor a, Tensor b);
+void accumulate(Tensor dst, Tensor src);
+void scale(Tensor t, float s);
+
+void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);
+void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start);
+void position_embedding_fwd(Tensor out, Tensor wpe);
+void position_embedding_bwd(Tensor dwpe, Tensor dout);
+void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps);
+void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
+                   Tensor rstd);
+
+void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias);
+void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                bool accumulate_din);
+
+void attention_fwd(Tensor out, Tensor probs, Tensor qkv);
+void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs);
+
+void ce_local_max(Tensor max, Tensor logits);
+void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max);
+void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets, int64_t vocab_start);
+void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit);
+void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
+            int64_t vocab_start, float scale);
+
+void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
+           const AdamWStep& s);
+double sum_squares(Tensor t);
+
+}  // namespace jumbo::cpu

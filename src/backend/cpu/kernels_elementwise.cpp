@@ -1,0 +1,314 @@
+// Elementwise, embedding and layernorm kernels: memory-bound loops, OpenMP across rows or
+// elements, SIMD within.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels.h"
+#include "simd_math.h"
+
+namespace jumbo::cpu {
+
+void fill(Tensor t, float value) {
+  const int64_t n = t.numel();
+  if (t.dtype == DType::i32) {
+    int32_t* p = t.as<int32_t>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(value);
+    return;
+  }
+  dispatch_float(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.as<T>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) store(p, i, value);
+  });
+}
+
+void copy(Tensor dst, Tensor src) {
+  expect(dst.numel() == src.numel(), "copy: element counts differ");
+  const int64_t n = dst.numel();
+  if (dst.dtype == DType::i32 || src.dtype == DType::i32) {
+    expect(dst.dtype == src.dtype, "copy: i32 converts to nothing");
+    const int32_t* s = src.as<int32_t>();
+    int32_t* d = dst.as<int32_t>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    return;
+  }
+  dispatch_float(dst.dtype, [&](auto dtag) {
+    using D = decltype(dtag);
+    dispatch_float(src.dtype, [&](auto stag) {
+      using S = decltype(stag);
+      const S* s = src.as<S>();
+      D* d = dst.as<D>();
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) store(d, i, load(s, i));
+    });
+  });
+}
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_fwd(Tensor out, Tensor in) {
+  expect(out.numel() == in.numel() && out.dtype == in.dtype, "gelu_fwd: shapes/dtypes");
+  const int64_t n = in.numel();
+  dispatch_float(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in.as<T>();
+    T* y = out.as<T>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = load(x, i);
+      const float u = kGeluC * (v + 0.044715f * v * v * v);
+      store(y, i, 0.5f * v * (1.0f + fast_tanhf(u)));
+    }
+  });
+}
+
+void gelu_bwd(Tensor din, Tensor dout, Tensor in) {
+  expect(din.numel() == in.numel() && dout.numel() == in.numel(), "gelu_bwd: shapes");
+  const int64_t n = in.numel();
+  dispatch_float(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in.as<T>();
+    const T* g = dout.as<T>();
+    T* dx = din.as<T>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = load(x, i);
+      const float u = kGeluC * (v + 0.044715f * v * v * v);
+      const float th = fast_tanhf(u);
+      const float sech2 = 1.0f - th * th;
+      const float d = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+      store(dx, i, load(g, i) * d);
+    }
+  });
+}
+
+void add(Tensor out, Tensor a, Tensor b) {
+  expect(out.numel() == a.numel() && a.numel() == b.numel(), "add: shapes");
+  expect(out.dtype == a.dtype && a.dtype == b.dtype, "add: dtypes");
+  const int64_t n = out.numel();
+  dispatch_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.as<T>();
+    const T* pb = b.as<T>();
+    T* po = out.as<T>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) store(po, i, load(pa, i) + load(pb, i));
+  });
+}
+
+void accumulate(Tensor dst, Tensor src) {
+  expect(dst.numel() == src.numel(), "accumulate: shapes");
+  const int64_t n = dst.numel();
+  dispatch_float(dst.dtype, [&](auto dtag) {
+    using D = decltype(dtag);
+    dispatch_float(src.dtype, [&](auto stag) {
+      using S = decltype(stag);
+      const S* s = src.as<S>();
+      D* d = dst.as<D>();
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) store(d, i, load(d, i) + load(s, i));
+    });
+  });
+}
+
+void scale(Tensor t, float s) {
+  const int64_t n = t.numel();
+  dispatch_float(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.as<T>();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) store(p, i, load(p, i) * s);
+  });
+}
+
+void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) {
+  expect(tokens.dtype == DType::i32 && out.dtype == wte.dtype, "token_embedding_fwd: dtypes");
+  const int64_t n_tok = tokens.numel();
+  const int64_t c = wte.dim(-1);
+  const int64_t rows = wte.dim(0);
+  expect(out.numel() == n_tok * c, "token_embedding_fwd: out shape");
+  const int32_t* tok = tokens.as<int32_t>();
+  dispatch_float(wte.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* w = wte.as<T>();
+    T* o = out.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < n_tok; ++n) {
+      const int64_t row = static_cast<int64_t>(tok[n]) - vocab_start;
+      T* dst = o + n * c;
+      if (row >= 0 && row < rows) {
+        const T* src = w + row * c;
+        for (int64_t i = 0; i < c; ++i) dst[i] = src[i];
+      } else {
+        for (int64_t i = 0; i < c; ++i) store(dst, i, 0.0f);
+      }
+    }
+  });
+}
+
+void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) {
+  expect(dwte.dtype == DType::f32 && tokens.dtype == DType::i32, "token_embedding_bwd: dtypes");
+  const int64_t n_tok = tokens.numel();
+  const int64_t c = dwte.dim(-1);
+  const int64_t rows = dwte.dim(0);
+  const int32_t* tok = tokens.as<int32_t>();
+  float* dw = dwte.as<float>();
+  dispatch_float(dout.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = dout.as<T>();
+    // Threads own disjoint column blocks, so repeated tokens never race.
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < c; c0 += 64) {
+      const int64_t c1 = std::min(c, c0 + 64);
+      for (int64_t n = 0; n < n_tok; ++n) {
+        const int64_t row = static_cast<int64_t>(tok[n]) - vocab_start;
+        if (row < 0 || row >= rows) continue;
+        float* d = dw + row * c;
+        const T* s = g + n * c;
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) d[i] += load(s, i);
+      }
+    }
+  });
+}
+
+void position_embedding_fwd(Tensor out, Tensor wpe) {
+  expect(out.ndim == 3 && out.dtype == wpe.dtype, "position_embedding_fwd: out [B,T,C]");
+  const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2);
+  expect(t <= wpe.dim(0) && c == wpe.dim(1), "position_embedding_fwd: wpe shape");
+  dispatch_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* w = wpe.as<T>();
+    T* o = out.as<T>();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t ti = 0; ti < t; ++ti) {
+        T* dst = o + (bi * t + ti) * c;
+        const T* src = w + ti * c;
+#pragma omp simd
+        for (int64_t i = 0; i < c; ++i) store(dst, i, load(dst, i) + load(src, i));
+      }
+    }
+  });
+}
+
+void position_embedding_bwd(Tensor dwpe, Tensor dout) {
+  expect(dout.ndim == 3 && dwpe.dtype == DType::f32, "position_embedding_bwd: dout [B,T,C]");
+  const int64_t b = dout.dim(0), t = dout.dim(1), c = dout.dim(2);
+  float* dw = dwpe.as<float>();
+  dispatch_float(dout.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = dout.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t ti = 0; ti < t; ++ti) {
+      float* d = dw + ti * c;
+      for (int64_t bi = 0; bi < b; ++bi) {
+        const T* s = g + (bi * t + ti) * c;
+#pragma omp simd
+        for (int64_t i = 0; i < c; ++i) d[i] += load(s, i);
+      }
+    }
+  });
+}
+
+void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps) {
+  expect(mean.dtype == DType::f32 && rstd.dtype == DType::f32, "layernorm_fwd: stats are f32");
+  const int64_t c = x.dim(-1);
+  const int64_t rows = x.numel() / c;
+  dispatch_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.as<T>();
+    const T* pw = w.as<T>();
+    const T* pb = b.as<T>();
+    T* po = out.as<T>();
+    float* pm = mean.as<float>();
+    float* pr = rstd.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < c; ++i) sum += load(xr, i);
+      const float m = sum / static_cast<float>(c);
+      float var = 0;
+#pragma omp simd reduction(+ : var)
+      for (int64_t i = 0; i < c; ++i) {
+        const float d = load(xr, i) - m;
+        var += d * d;
+      }
+      const float s = 1.0f / std::sqrt(var / static_cast<float>(c) + eps);
+      T* orow = po + r * c;
+#pragma omp simd
+      for (int64_t i = 0; i < c; ++i) {
+        store(orow, i, (load(xr, i) - m) * s * load(pw, i) + load(pb, i));
+      }
+      pm[r] = m;
+      pr[r] = s;
+    }
+  });
+}
+
+void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
+                   Tensor rstd) {
+  expect(dw.dtype == DType::f32 && db.dtype == DType::f32, "layernorm_bwd: grads are f32");
+  const int64_t c = x.dim(-1);
+  const int64_t rows = x.numel() / c;
+  float* pdw = dw.as<float>();
+  float* pdb = db.as<float>();
+  const float* pm = mean.as<float>();
+  const float* pr = rstd.as<float>();
+  dispatch_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.as<T>();
+    const T* pw = w.as<T>();
+    const T* pg = dout.as<T>();
+    T* pdx = dx.as<T>();
+    // dx: rows are independent.
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      const T* gr = pg + r * c;
+      const float m = pm[r], s = pr[r];
+      float dnorm_mean = 0, dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t i = 0; i < c; ++i) {
+        const float norm = (load(xr, i) - m) * s;
+        const float dnorm = load(pw, i) * load(gr, i);
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= static_cast<float>(c);
+      dnorm_norm_mean /= static_cast<float>(c);
+      T* dxr = pdx + r * c;
+#pragma omp simd
+      for (int64_t i = 0; i < c; ++i) {
+        const float norm = (load(xr, i) - m) * s;
+        const float dnorm = load(pw, i) * load(gr, i);
+        store(dxr, i, load(dxr, i) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+      }
+    }
+    // dw, db: threads own column blocks.
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < c; c0 += 64) {
+      const int64_t c1 = std::min(c, c0 + 64);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = px + r * c;
+        const T* gr = pg + r * c;
+        const float m = pm[r], s = pr[r];
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) {
+          const float g = load(gr, i);
+          pdb[i] += g;
+          pdw[i] += (load(xr, i) - m) * s * g;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace jumbo::cpu

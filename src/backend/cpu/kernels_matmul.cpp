@@ -1,0 +1,93 @@
+// Linear layers through OpenBLAS sgemm (row-major, weight [out, in] as in PyTorch).
+// bf16 operands are widened into grow-once f32 scratch first: no Debian BLAS has bf16 GEMM.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "kernels.h"
+
+namespace jumbo::cpu {
+
+float* Scratch::get(int slot, size_t count) {
+  if (slots_.size() <= static_cast<size_t>(slot)) slots_.resize(slot + 1);
+  auto& v = slots_[slot];
+  if (v.size() < count) v.resize(count);
+  return v.data();
+}
+
+namespace {
+
+// An f32 pointer to t's data: t itself when f32, else a widened copy in scratch slot `slot`.
+const float* as_f32(Scratch& s, int slot, Tensor t) {
+  if (t.dtype == DType::f32) return t.as<float>();
+  float* dst = s.get(slot, t.numel());
+  copy(Tensor(dst, DType::f32, {t.numel()}), t);
+  return dst;
+}
+
+}  // namespace
+
+void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias) {
+  const int64_t o = w.dim(0), k = w.dim(1);
+  const int64_t n = in.numel() / k;
+  expect(in.numel() == n * k && out.numel() == n * o, "linear_fwd: shapes");
+  const float* pin = as_f32(s, 0, in);
+  const float* pw = as_f32(s, 1, w);
+  float* pout = out.dtype == DType::f32 ? out.as<float>() : s.get(2, out.numel());
+  float beta = 0.0f;
+  if (!bias.empty()) {
+    expect(bias.numel() == o, "linear_fwd: bias shape");
+    const float* pb = as_f32(s, 3, bias);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; ++r) std::copy(pb, pb + o, pout + r * o);
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, k, 1.0f, pin, k, pw, k, beta, pout, o);
+  if (out.dtype != DType::f32) copy(out, Tensor(pout, DType::f32, {out.numel()}));
+}
+
+void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                bool accumulate_din) {
+  const int64_t o = w.dim(0), k = w.dim(1);
+  const int64_t n = in.numel() / k;
+  expect(dout.numel() == n * o && dw.dtype == DType::f32 && dw.numel() == o * k,
+         "linear_bwd: shapes/dtypes");
+  const float* pg = as_f32(s, 0, dout);
+  const float* pin = as_f32(s, 1, in);
+  if (!din.empty()) {
+    expect(din.numel() == n * k, "linear_bwd: din shape");
+    const float* pw = as_f32(s, 2, w);
+    if (din.dtype == DType::f32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, pg, o, pw, k,
+                  accumulate_din ? 1.0f : 0.0f, din.as<float>(), k);
+    } else {
+      float* tmp = s.get(3, din.numel());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, pg, o, pw, k, 0.0f,
+                  tmp, k);
+      Tensor t(tmp, DType::f32, {din.numel()});
+      if (accumulate_din) {
+        accumulate(din, t);
+      } else {
+        copy(din, t);
+      }
+    }
+  }
+  // Weight gradient accumulates straight into the f32 main grad.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, k, n, 1.0f, pg, o, pin, k, 1.0f,
+              dw.as<float>(), k);
+  if (!dbias.empty()) {
+    expect(dbias.dtype == DType::f32 && dbias.numel() == o, "linear_bwd: dbias");
+    float* pdb = dbias.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < o; c0 += 64) {
+      const int64_t c1 = std::min(o, c0 + 64);
+      for (int64_t r = 0; r < n; ++r) {
+        const float* g = pg + r * o;
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) pdb[i] += g[i];
+      }
+    }
+  }
+}
+
+}  // namespace jumbo::cpu

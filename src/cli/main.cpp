@@ -1,0 +1,39 @@
+// jumbo <verb>: thin. Parse arguments, call the library, turn user mistakes into one line.
+#include <cstdio>
+#include <exception>
+
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
+#include "verbs.h"
+
+int main(int argc, char** argv) {
+  // MPI from the start: one rank is world size 1, and every verb runs under mpirun too.
+  const int world_size = jumbo::mpi_init(&argc, &argv);
+  CLI::App app{"jumbo: train GPT-style language models with tensor, pipeline and data "
+               "parallelism"};
+  app.require_subcommand(1);
+  jumbo::cli::VerbRunner run;
+  jumbo::cli::add_train_verb(app, run);
+  jumbo::cli::add_info_verb(app, run);
+  jumbo::cli::add_data_verb(app, run);
+  jumbo::cli::add_bench_verb(app, run);
+  int code = 0;
+  try {
+    app.parse(argc, argv);
+    code = run ? run() : 0;
+  } catch (const CLI::ParseError& e) {
+    code = app.exit(e);
+  } catch (const jumbo::UserError& e) {
+    std::fprintf(stderr, "jumbo: error: %s\n", e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jumbo: internal error: %s\n", e.what());
+    code = 3;
+  }
+  if (code != 0 && world_size > 1) {
+    std::fflush(stderr);
+    jumbo::mpi_abort(code);  // the other ranks must not wait for this one
+  }
+  jumbo::mpi_finalize();
+  return code;
+}

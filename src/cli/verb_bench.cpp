@@ -1,0 +1,65 @@
+#include <fmt/format.h>
+
+#include <string>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/config/config.h"
+#include "jumbo/obs/peak.h"
+#include "jumbo/train/bench.h"
+#include "verbs.h"
+
+namespace jumbo::cli {
+
+void add_bench_verb(CLI::App& app, VerbRunner& run) {
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks (kernels: build/benchmarks/bench_kernels)");
+  bench->require_subcommand(1);
+
+  struct Args {
+    std::string model;
+    std::string precision = "fp32";
+    TrainBenchOptions opts;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* train = bench->add_subcommand("train", "full training steps: tokens/s and MFU");
+  train->add_option("-m,--model", args->model, "model preset TOML")->required();
+  train->add_option("--micro-batch", args->opts.micro_batch)->capture_default_str();
+  train->add_option("--seq", args->opts.seq)->capture_default_str();
+  train->add_option("--micro-steps", args->opts.micro_steps, "microbatches per step")
+      ->capture_default_str();
+  train->add_option("--steps", args->opts.steps, "timed steps")->capture_default_str();
+  train->add_option("--warmup", args->opts.warmup_steps, "untimed steps")->capture_default_str();
+  train->add_option("--precision", args->precision, "fp32 or bf16")->capture_default_str();
+  train->add_option("--peak-tflops", args->opts.peak_tflops, "0 = measure this machine")
+      ->capture_default_str();
+  train->callback([&run, args] {
+    run = [args] {
+      if (args->precision != "fp32" && args->precision != "bf16") {
+        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", args->precision));
+      }
+      if (args->opts.micro_batch < 1 || args->opts.seq < 1 || args->opts.steps < 1 ||
+          args->opts.micro_steps < 1 || args->opts.warmup_steps < 0) {
+        throw UserError("bench train: --micro-batch, --seq, --steps and --micro-steps must be "
+                        ">= 1, --warmup >= 0");
+      }
+      args->opts.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      ModelConfig m = load_model_config(args->model);
+      auto backend = make_cpu_backend();
+      const TrainBenchResult r = bench_train(m, args->opts, *backend);
+      fmt::print("{}\n", describe(r, m, args->opts));
+      return 0;
+    };
+  });
+
+  auto seconds = std::make_shared<double>(1.0);
+  CLI::App* peak = bench->add_subcommand("peak", "this machine's fp32 FMA peak");
+  peak->add_option("--seconds", *seconds)->capture_default_str();
+  peak->callback([&run, seconds] {
+    run = [seconds] {
+      fmt::print("fp32 peak: {:.1f} GFLOP/s ({} FMA loop on every OpenMP thread)\n",
+                 measure_fp32_peak_gflops(*seconds), fp32_peak_kernel());
+      return 0;
+    };
+  });
+}
+
+}  // namespace jumbo::cli

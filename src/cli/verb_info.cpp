@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "jumbo/config/config.h"
+#include "jumbo/model/flops.h"
+#include "verbs.h"
+
+namespace jumbo::cli {
+namespace {
+
+void print_model_info(const ModelConfig& m) {
+  const int64_t exact = parameter_count(m);
+  const double formula = parameter_count_formula(m);
+  fmt::print("model {}: {} layers, d_model {}, {} heads x {}, ffn {}, vocab {} (padded {}), "
+             "context {}\n",
+             m.name, m.layers, m.d_model, m.heads, m.head_dim(), m.ffn_dim(), m.vocab,
+             m.padded_vocab(), m.context);
+  fmt::print("parameters: {} ({:.2f}B) counted from the shapes, padded vocabulary included\n",
+             exact, static_cast<double>(exact) / 1e9);
+  fmt::print("parameters: {:.0f} ({:.2f}B) by 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))\n",
+             formula, formula / 1e9);
+  const double per_token = model_flops_per_token(m, m.context);
+  fmt::print("model FLOPs per token (seq {}): {:.4g} = {:.2f} x parameters, by {} / (B s)\n",
+             m.context, per_token, per_token / static_cast<double>(exact), kModelFlopsFormula);
+  fmt::print("training memory at 18 bytes/parameter (bf16 weights, fp32 grads, master, Adam): "
+             "{:.1f} GiB before sharding\n",
+             static_cast<double>(exact) * 18.0 / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+void add_info_verb(CLI::App& app, VerbRunner& run) {
+  struct Args {
+    std::string model, config;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("info", "parameter count and model FLOPs of a model");
+  auto* model = cmd->add_option("-m,--model", args->model, "model preset TOML");
+  auto* config = cmd->add_option("-c,--config", args->config, "run config TOML");
+  model->excludes(config);
+  cmd->add_option("--set", args->overrides, "override a key of a run config: section.key=value");
+  cmd->callback([&run, args] {
+    run = [args] {
+      if (!args->model.empty()) {
+        ModelConfig m = load_model_config(args->model);
+        validate_model(m, args->model);
+        print_model_info(m);
+      } else if (!args->config.empty()) {
+        print_model_info(load_run_config(args->config, args->overrides).model);
+      } else {
+        throw UserError("jumbo info: give --model FILE or --config FILE");
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace jumbo::cli

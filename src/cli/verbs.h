@@ -1,0 +1,16 @@
+#pragma once
+// Each verb registers its subcommand and returns the function that runs it after parsing.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace jumbo::cli {
+
+using VerbRunner = std::function<int()>;
+
+void add_train_verb(CLI::App& app, VerbRunner& run);
+void add_info_verb(CLI::App& app, VerbRunner& run);
+void add_data_verb(CLI::App& app, VerbRunner& run);
+void add_bench_verb(CLI::App& app, VerbRunner& run);
+
+}  // namespace jumbo::cli

@@ -1,0 +1,407 @@
+// Reading run configs and model presets from TOML, applying `--set section.key=value`
+// overrides, and writing the resolved config back out (describe).
+//
+// One table (the schema below) lists every section and key with the struct field it fills,
+// so loading, the "known keys" in error messages and describe() can never disagree.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+enum class Kind { integer, seed, number, string, precision };
+
+template <typename T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, int64_t>) return Kind::integer;
+  else if constexpr (std::is_same_v<T, uint64_t>) return Kind::seed;
+  else if constexpr (std::is_same_v<T, double>) return Kind::number;
+  else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
+  else {
+    static_assert(std::is_same_v<T, Precision>, "config field of an unsupported type");
+    return Kind::precision;
+  }
+}
+
+struct Field {
+  std::string_view key;
+  Kind kind;
+  void* (*address)(RunConfig&);
+};
+
+struct Section {
+  std::string_view name;
+  std::vector<Field> fields;
+};
+
+// A field named like the struct member it fills, typed from that member.
+#define JUMBO_FIELD(section, member)                                                     \
+  Field {                                                                                \
+    #member, kind_of<std::remove_cvref_t<decltype(std::declval<RunConfig&>().section.member)>>(), \
+        [](RunConfig& c) -> void* { return &c.section.member; }                          \
+  }
+
+const std::vector<Section>& schema() {
+  static const std::vector<Section> sections = {
+      {"model",
+       {JUMBO_FIELD(model, preset), JUMBO_FIELD(model, name), JUMBO_FIELD(model, layers),
+        JUMBO_FIELD(model, d_model), JUMBO_FIELD(model, heads), JUMBO_FIELD(model, ffn),
+        JUMBO_FIELD(model, vocab), JUMBO_FIELD(model, context),
+        JUMBO_FIELD(model, vocab_multiple)}},
+      {"parallel",
+       {JUMBO_FIELD(parallel, tp), JUMBO_FIELD(parallel, pp),
+        JUMBO_FIELD(parallel, micro_batch)}},
+      {"train",
+       {JUMBO_FIELD(train, steps), JUMBO_FIELD(train, global_batch), JUMBO_FIELD(train, lr),
+        JUMBO_FIELD(train, min_lr), JUMBO_FIELD(train, warmup_tokens),
+        JUMBO_FIELD(train, decay_tokens), JUMBO_FIELD(train, rampup_start_batch),
+        JUMBO_FIELD(train, rampup_tokens), JUMBO_FIELD(train, weight_decay),
+        JUMBO_FIELD(train, beta1), JUMBO_FIELD(train, beta2), JUMBO_FIELD(train, eps),
+        JUMBO_FIELD(train, grad_clip), JUMBO_FIELD(train, seed), JUMBO_FIELD(train, precision),
+        JUMBO_FIELD(train, eval_every), JUMBO_FIELD(train, eval_batches),
+        JUMBO_FIELD(train, threads)}},
+      {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
+      {"checkpoint",
+       {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
+        JUMBO_FIELD(checkpoint, resume)}},
+      {"log",
+       {JUMBO_FIELD(log, metrics_file), JUMBO_FIELD(log, every), JUMBO_FIELD(log, peak_tflops)}},
+  };
+  return sections;
+}
+#undef JUMBO_FIELD
+
+const Section& model_section() { return schema().front(); }
+
+const Section* find_section(std::string_view name) {
+  for (const Section& s : schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+// `skip` leaves a key out of a preset file's allowed keys (a preset cannot name a preset).
+const Field* find_field(const Section& s, std::string_view key, std::string_view skip = {}) {
+  for (const Field& f : s.fields)
+    if (f.key == key && f.key != skip) return &f;
+  return nullptr;
+}
+
+std::string known_keys(const Section& s, std::string_view skip = {}) {
+  std::string out;
+  for (const Field& f : s.fields) {
+    if (f.key == skip) continue;
+    if (!out.empty()) out += ", ";
+    out += f.key;
+  }
+  return out;
+}
+
+std::string known_sections() {
+  std::string out;
+  for (const Section& s : schema()) out += (out.empty() ? "" : ", ") + std::string(s.name);
+  return out;
+}
+
+// A TOML basic string: what the user would type, and valid TOML for describe().
+std::string toml_quoted(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, always with a '.', 'e', "inf" or "nan".
+std::string number_text(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_not_of("-0123456789") == std::string::npos) s += ".0";
+  return s;
+}
+
+// A value as the user wrote it, on one line, for messages.
+std::string show(const toml::node& node) {
+  if (auto s = node.as_string()) return toml_quoted(s->get());
+  if (auto i = node.as_integer()) return fmt::format("{}", i->get());
+  if (auto d = node.as_floating_point()) return number_text(d->get());
+  if (auto b = node.as_boolean()) return b->get() ? "true" : "false";
+  std::ostringstream os;
+  node.visit([&](auto&& v) { os << v; });
+  std::string text = os.str();
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  return text;
+}
+
+// Where a value came from, for the front of a message: a file (with the value's line) or
+// one --set override.
+struct Origin {
+  std::string where;   // "inputs/runs/demo.toml" or "--set 'train.lr=1'"
+  bool from_file = true;
+
+  std::string line_note(const toml::node& node) const {
+    if (!from_file || node.source().begin.line == 0) return "";
+    return fmt::format(" (line {})", node.source().begin.line);
+  }
+};
+
+[[noreturn]] void bad_value(const Origin& at, const Section& s, const Field& f,
+                            const toml::node& value, std::string_view expected) {
+  throw UserError(fmt::format("{}: {}.{} = {}: expected {}{}", at.where, s.name, f.key,
+                              show(value), expected, at.line_note(value)));
+}
+
+// 1e6 is a fine way to write an integer; 1.5 is not.
+int64_t integer_value(const Origin& at, const Section& s, const Field& f, const toml::node& v) {
+  if (auto i = v.as_integer()) return i->get();
+  if (auto d = v.as_floating_point()) {
+    const double x = d->get();
+    // 2^63 is exactly representable; every double below it in magnitude fits in int64.
+    if (std::isfinite(x) && x == std::trunc(x) && std::fabs(x) < 9223372036854775808.0)
+      return static_cast<int64_t>(x);
+  }
+  bad_value(at, s, f, v, "an integer");
+}
+
+void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
+            const toml::node& v) {
+  void* target = f.address(cfg);
+  switch (f.kind) {
+    case Kind::integer:
+      *static_cast<int64_t*>(target) = integer_value(at, s, f, v);
+      return;
+    case Kind::seed: {
+      const int64_t x = integer_value(at, s, f, v);
+      if (x < 0) bad_value(at, s, f, v, "a non-negative integer");
+      *static_cast<uint64_t*>(target) = static_cast<uint64_t>(x);
+      return;
+    }
+    case Kind::number:
+      if (auto d = v.as_floating_point()) *static_cast<double*>(target) = d->get();
+      else if (auto i = v.as_integer()) *static_cast<double*>(target) = static_cast<double>(i->get());
+      else bad_value(at, s, f, v, "a number");
+      return;
+    case Kind::string:
+      if (auto str = v.as_string()) *static_cast<std::string*>(target) = str->get();
+      else bad_value(at, s, f, v, "a string");
+      return;
+    case Kind::precision: {
+      auto str = v.as_string();
+      if (str && str->get() == "fp32") *static_cast<Precision*>(target) = Precision::fp32;
+      else if (str && str->get() == "bf16") *static_cast<Precision*>(target) = Precision::bf16;
+      else bad_value(at, s, f, v, "\"fp32\" or \"bf16\"");
+      return;
+    }
+  }
+}
+
+toml::table parse_toml(std::string_view text, const std::string& source) {
+  try {
+    return toml::parse(text, std::string_view(source));
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    for (char& c : what)
+      if (c == '\n' || c == '\r') c = ' ';
+    throw UserError(fmt::format("{}:{}:{}: TOML syntax error: {}", source, e.source().begin.line,
+                                e.source().begin.column, what));
+  }
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path))
+    throw UserError(fmt::format("{}: cannot open {} (paths are relative to the working directory {})",
+                                path, what, std::filesystem::current_path().string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Applies one key of a section; an unknown key is an error that lists the known ones.
+void apply_key(RunConfig& cfg, const Origin& at, const Section& s, std::string_view key,
+               const toml::node& value, std::string_view skip = {}) {
+  const Field* f = find_field(s, key, skip);
+  if (!f)
+    throw UserError(fmt::format("{}: unknown key {}.{}{}; known keys of [{}]: {}", at.where,
+                                s.name, key, at.line_note(value), s.name, known_keys(s, skip)));
+  assign(cfg, at, s, *f, value);
+}
+
+void apply_section(RunConfig& cfg, const Origin& at, const Section& s, const toml::table& table,
+                   std::string_view skip = {}) {
+  for (auto&& [key, value] : table) apply_key(cfg, at, s, key.str(), value, skip);
+}
+
+// The run file: sections only, each a table of known keys.
+void apply_run_file(RunConfig& cfg, const Origin& at, const toml::table& root) {
+  for (auto&& [name, node] : root) {
+    const Section* s = find_section(name.str());
+    const toml::table* table = node.as_table();
+    if (s && !table)
+      throw UserError(fmt::format("{}: {} = {}: expected a section [{}]{}", at.where, name.str(),
+                                  show(node), name.str(), at.line_note(node)));
+    if (!s && table)
+      throw UserError(fmt::format("{}: unknown section [{}]{}; known sections: {}", at.where,
+                                  name.str(), at.line_note(node), known_sections()));
+    if (!s)
+      throw UserError(fmt::format("{}: key {} = {} is outside any section{}; known sections: {}",
+                                  at.where, name.str(), show(node), at.line_note(node),
+                                  known_sections()));
+    apply_section(cfg, at, *s, *table);
+  }
+}
+
+// A preset: model keys at top level, or under [model].
+ModelConfig read_preset(const std::string& path) {
+  const toml::table root = parse_toml(read_file(path, "the model preset file"), path);
+  RunConfig holder;
+  const Origin at{path, true};
+  const Section& model = model_section();
+  for (auto&& [key, value] : root) {
+    if (key.str() == "model" && value.is_table()) {
+      apply_section(holder, at, model, *value.as_table(), "preset");
+    } else {
+      apply_key(holder, at, model, key.str(), value, "preset");
+    }
+  }
+  holder.model.preset = path;
+  return holder.model;
+}
+
+struct Override {
+  Origin at;
+  const Section* section = nullptr;
+  const Field* field = nullptr;
+  toml::table holder;  // holds the value under key "v"
+  const toml::node& value() const { return *holder.get("v"); }
+};
+
+// `section.key=value`; the value is TOML if it parses as one, else a bare string, so
+// `--set train.precision=bf16` and `--set data.train=build/x` both work.
+Override parse_override(const std::string& text) {
+  Override o;
+  o.at = Origin{fmt::format("--set '{}'", text), false};
+  const size_t eq = text.find('=');
+  const std::string name = text.substr(0, eq);
+  const size_t dot = name.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
+      name.find('.', dot + 1) != std::string::npos ||
+      name.find_first_of(" \t") != std::string::npos)
+    throw UserError(fmt::format("{}: expected section.key=value", o.at.where));
+  const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+  const std::string raw = text.substr(eq + 1);
+
+  o.section = find_section(section);
+  if (!o.section)
+    throw UserError(fmt::format("{}: unknown section [{}]; known sections: {}", o.at.where,
+                                section, known_sections()));
+  o.field = find_field(*o.section, key);
+  if (!o.field)
+    throw UserError(fmt::format("{}: unknown key {}.{}; known keys of [{}]: {}", o.at.where,
+                                section, key, section, known_keys(*o.section)));
+
+  bool parsed = false;
+  if (raw.find_first_of("\n\r") == std::string::npos) {
+    auto doc = toml::parse_result{};
+    try {
+      doc = toml::parse("v = " + raw, std::string_view("--set"));
+      parsed = doc.size() == 1 && doc.contains("v");
+    } catch (const toml::parse_error&) {
+    }
+    const bool textual = o.field->kind == Kind::string || o.field->kind == Kind::precision;
+    // A path like 2024 or true is still a path when the key wants text.
+    if (parsed && textual && !doc.get("v")->is_string()) parsed = false;
+    if (parsed) o.holder.insert("v", *doc.get("v"));
+  }
+  if (!parsed) o.holder.insert("v", raw);
+  return o;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  const toml::table root = parse_toml(toml_text, source);
+  std::vector<Override> sets;
+  for (const std::string& text : overrides) sets.push_back(parse_override(text));
+
+  // Precedence, lowest first: preset < the run file < --set. Read everything once to find
+  // which preset wins, load it, then apply the file and the overrides over it.
+  RunConfig cfg;
+  cfg.source = source;
+  const Origin file{source, true};
+  apply_run_file(cfg, file, root);
+  std::string preset_origin = file.where;
+  for (const Override& o : sets) {
+    assign(cfg, o.at, *o.section, *o.field, o.value());
+    if (o.field->key == "preset") preset_origin = o.at.where;
+  }
+  if (!cfg.model.preset.empty()) {
+    const std::string path = cfg.model.preset;
+    if (!std::filesystem::is_regular_file(path))
+      throw UserError(fmt::format(
+          "{}: model.preset = {}: no such preset file (paths are relative to the working "
+          "directory {})",
+          preset_origin, toml_quoted(path), std::filesystem::current_path().string()));
+    cfg = RunConfig{};
+    cfg.source = source;
+    cfg.model = read_preset(path);
+    apply_run_file(cfg, file, root);
+    for (const Override& o : sets) assign(cfg, o.at, *o.section, *o.field, o.value());
+  }
+  validate(cfg, 0);
+  return cfg;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_run_config(read_file(path, "the run config file"), path, overrides);
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  ModelConfig m = read_preset(path);
+  validate_model(m, path);
+  return m;
+}
+
+std::string describe(const RunConfig& cfg_in) {
+  RunConfig cfg = cfg_in;  // addresses come from a mutable config; nothing is changed
+  std::string out = fmt::format("# resolved run config, read from {}\n", cfg.source);
+  for (const Section& s : schema()) {
+    out += fmt::format("\n[{}]\n", s.name);
+    for (const Field& f : s.fields) {
+      const void* p = f.address(cfg);
+      std::string value;
+      switch (f.kind) {
+        case Kind::integer: value = fmt::format("{}", *static_cast<const int64_t*>(p)); break;
+        case Kind::seed: value = fmt::format("{}", *static_cast<const uint64_t*>(p)); break;
+        case Kind::number: value = number_text(*static_cast<const double*>(p)); break;
+        case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
+        case Kind::precision: value = toml_quoted(to_string(*static_cast<const Precision*>(p))); break;
+      }
+      out += fmt::format("{} = {}\n", f.key, value);
+    }
+  }
+  return out;
+}
+
+}  // namespace jumbo

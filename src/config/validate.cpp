@@ -1,0 +1,178 @@
+// Every consistency check of a run config, in one place (as Megatron-Core does it): each
+// failure is one line that starts with the config's source and names the key(s), their
+// values and what is allowed.
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+class Checks {
+ public:
+  explicit Checks(const std::string& source) : source_(source) {}
+
+  template <typename... Args>
+  void require(bool ok, fmt::format_string<Args...> message, Args&&... args) const {
+    if (!ok)
+      throw UserError(
+          fmt::format("{}: {}", source_, fmt::format(message, std::forward<Args>(args)...)));
+  }
+
+  void positive(std::string_view key, int64_t v) const {
+    require(v > 0, "{} = {}: expected > 0", key, v);
+  }
+  void at_least(std::string_view key, int64_t v, int64_t low) const {
+    require(v >= low, "{} = {}: expected >= {}", key, v, low);
+  }
+  // Written as !(v < low) style comparisons so NaN fails every check.
+  void positive(std::string_view key, double v) const {
+    require(v > 0, "{} = {}: expected > 0", key, v);
+  }
+  void non_negative(std::string_view key, double v) const {
+    require(v >= 0, "{} = {}: expected >= 0", key, v);
+  }
+  void unit_interval(std::string_view key, double v) const {
+    require(v >= 0 && v < 1, "{} = {}: expected 0 <= {} < 1", key, v, key);
+  }
+
+ private:
+  const std::string& source_;
+};
+
+// a * b, or -1 when it does not fit (operands are >= 1 by the time this is called).
+int64_t product(int64_t a, int64_t b) {
+  int64_t p = 0;
+  return __builtin_mul_overflow(a, b, &p) ? -1 : p;
+}
+
+void check_model(const Checks& c, const ModelConfig& m) {
+  c.positive("model.layers", m.layers);
+  c.positive("model.d_model", m.d_model);
+  c.positive("model.heads", m.heads);
+  c.require(m.d_model % m.heads == 0, "model.heads = {} does not divide model.d_model = {}",
+            m.heads, m.d_model);
+  c.require(m.ffn >= 0, "model.ffn = {}: expected > 0, or 0 for 4 x d_model", m.ffn);
+  c.require(m.ffn_dim() > 0, "model.ffn = {} gives an ffn width of {}: expected > 0", m.ffn,
+            m.ffn_dim());
+  c.positive("model.vocab", m.vocab);
+  c.positive("model.context", m.context);
+  c.positive("model.vocab_multiple", m.vocab_multiple);
+}
+
+// Returns dp (1 when the world size is not known yet).
+int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
+  const ParallelConfig& p = cfg.parallel;
+  const ModelConfig& m = cfg.model;
+  c.at_least("parallel.tp", p.tp, 1);
+  c.at_least("parallel.pp", p.pp, 1);
+  c.at_least("parallel.micro_batch", p.micro_batch, 1);
+  c.require(m.heads % p.tp == 0, "parallel.tp = {} does not divide model.heads = {}", p.tp,
+            m.heads);
+  c.require(m.ffn_dim() % p.tp == 0, "parallel.tp = {} does not divide the ffn width {}", p.tp,
+            m.ffn_dim());
+  c.require(p.pp <= m.layers,
+            "parallel.pp = {} exceeds model.layers = {}: every pipeline stage needs a layer",
+            p.pp, m.layers);
+  if (world_size == 0) return 1;
+  c.require(world_size > 0, "world size {}: expected >= 1 process", world_size);
+  const int64_t model_parallel = product(p.tp, p.pp);
+  c.require(model_parallel > 0 && world_size % model_parallel == 0,
+            "world size {} is not divisible by parallel.tp x parallel.pp = {} x {}: the world "
+            "must be tp x pp x dp processes",
+            world_size, p.tp, p.pp);
+  return world_size / model_parallel;
+}
+
+void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
+  const TrainConfig& t = cfg.train;
+  const int64_t micro_batch = cfg.parallel.micro_batch;
+  const int64_t per_step_unit = product(micro_batch, dp);  // sequences in one microbatch round
+  c.positive("train.steps", t.steps);
+  c.positive("train.global_batch", t.global_batch);
+  c.require(per_step_unit > 0 && t.global_batch % per_step_unit == 0,
+            "train.global_batch = {} is not a multiple of parallel.micro_batch x dp = {} x {} "
+            "= {}",
+            t.global_batch, micro_batch, dp, per_step_unit);
+  c.positive("train.lr", t.lr);
+  c.require(t.min_lr >= 0 && t.min_lr <= t.lr,
+            "train.min_lr = {} with train.lr = {}: expected 0 <= min_lr <= lr", t.min_lr, t.lr);
+  c.at_least("train.warmup_tokens", t.warmup_tokens, 0);
+  c.at_least("train.decay_tokens", t.decay_tokens, 0);
+  c.at_least("train.rampup_start_batch", t.rampup_start_batch, 0);
+  c.at_least("train.rampup_tokens", t.rampup_tokens, 0);
+  if (t.rampup_start_batch > 0) {
+    c.require(t.rampup_start_batch % per_step_unit == 0,
+              "train.rampup_start_batch = {} is not a multiple of parallel.micro_batch x dp = "
+              "{} x {} = {}",
+              t.rampup_start_batch, micro_batch, dp, per_step_unit);
+    c.require(t.rampup_start_batch <= t.global_batch,
+              "train.rampup_start_batch = {} exceeds train.global_batch = {}: the ramp grows "
+              "the batch up to global_batch",
+              t.rampup_start_batch, t.global_batch);
+    c.require(t.rampup_tokens > 0,
+              "train.rampup_tokens = {} with train.rampup_start_batch = {}: expected > 0 (or "
+              "rampup_start_batch = 0 for no ramp-up)",
+              t.rampup_tokens, t.rampup_start_batch);
+  }
+  c.non_negative("train.weight_decay", t.weight_decay);
+  c.unit_interval("train.beta1", t.beta1);
+  c.unit_interval("train.beta2", t.beta2);
+  c.positive("train.eps", t.eps);
+  c.require(t.grad_clip >= 0, "train.grad_clip = {}: expected >= 0 (0 disables clipping)",
+            t.grad_clip);
+  c.at_least("train.eval_every", t.eval_every, 0);
+  c.at_least("train.eval_batches", t.eval_batches, 1);
+  c.require(t.threads >= 0, "train.threads = {}: expected >= 0 (0 = OMP_NUM_THREADS or cores)",
+            t.threads);
+}
+
+void check_data(const Checks& c, const RunConfig& cfg) {
+  const DataConfig& d = cfg.data;
+  c.require(!d.train.empty(), "data.train is empty: expected the prefix of a prepared dataset "
+            "(PREFIX.bin + PREFIX.idx)");
+  c.require(!d.valid.empty() || cfg.train.eval_every == 0,
+            "data.valid is empty but train.eval_every = {}: set data.valid or train.eval_every "
+            "= 0",
+            cfg.train.eval_every);
+  c.require(!d.tokenizer.empty(), "data.tokenizer is empty: expected a SentencePiece .model file");
+}
+
+void check_checkpoint(const Checks& c, const CheckpointConfig& k) {
+  c.at_least("checkpoint.every", k.every, 0);
+  c.require(k.every == 0,
+            "checkpoint.every = {}: saving checkpoints is not supported by this build yet "
+            "(expected 0)",
+            k.every);
+  c.require(k.resume == "none",
+            "checkpoint.resume = \"{}\": resuming from checkpoints is not supported by this "
+            "build yet (expected \"none\")",
+            k.resume);
+}
+
+void check_log(const Checks& c, const LogConfig& l) {
+  c.at_least("log.every", l.every, 1);
+  c.require(l.peak_tflops >= 0, "log.peak_tflops = {}: expected >= 0 (0 = measure this machine)",
+            l.peak_tflops);
+}
+
+}  // namespace
+
+void validate_model(const ModelConfig& m, const std::string& source) {
+  check_model(Checks(source), m);
+}
+
+void validate(const RunConfig& cfg, int world_size) {
+  const Checks c(cfg.source);
+  check_model(c, cfg.model);
+  const int64_t dp = check_parallel(c, cfg, world_size);
+  check_train(c, cfg, dp);
+  check_data(c, cfg);
+  check_checkpoint(c, cfg.checkpoint);
+  check_log(c, cfg.log);
+}
+
+}  // namespace jumbo

@@ -1,0 +1,79 @@
+// GPT sampler. Sample p covers tokens [p * seq_len, p * seq_len + seq_len + 1). Within each
+// epoch, position -> sample is a keyed Feistel permutation of [0, n): a balanced Feistel network
+// on 2h bits (2^2h >= n) is a bijection of [0, 2^2h); applying it again while the result is
+// >= n ("cycle walking") restricts it to a bijection of [0, n). Since 2^2h < 4n, a lookup takes
+// under four network evaluations on average. Definition: docs/data-format.md.
+#include "jumbo/data/sampler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+constexpr int kRounds = 6;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Permutation of [0, 2^(2 * half_bits)) keyed by `key`.
+uint64_t feistel(uint64_t x, uint64_t key, int half_bits) {
+  const uint64_t mask = (uint64_t{1} << half_bits) - 1;
+  uint64_t left = x >> half_bits, right = x & mask;
+  for (int round = 0; round < kRounds; ++round) {
+    const uint64_t f = splitmix64(key ^ splitmix64(right + (uint64_t(round) << 56))) & mask;
+    const uint64_t next_right = left ^ f;
+    left = right;
+    right = next_right;
+  }
+  return (left << half_bits) | right;
+}
+
+}  // namespace
+
+GptSampler::GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed, bool shuffle)
+    : data_(data), seq_len_(seq_len), seed_(seed), shuffle_(shuffle) {
+  if (seq_len <= 0) {
+    throw UserError(fmt::format("{}: sequence length {} for sampling, expected a positive length",
+                                data.prefix(), seq_len));
+  }
+  const uint64_t tokens = data.num_tokens();
+  if (tokens < static_cast<uint64_t>(seq_len) + 1) {
+    throw UserError(fmt::format("{}: {} tokens, too few for one sample of context + 1 = {} tokens",
+                                data.prefix(), tokens, seq_len + 1));
+  }
+  samples_per_epoch_ = static_cast<int64_t>((tokens - 1) / static_cast<uint64_t>(seq_len));
+}
+
+int64_t GptSampler::permuted(int64_t index) const {
+  if (index < 0) throw std::out_of_range(fmt::format("sample index {} is negative", index));
+  const uint64_t n = static_cast<uint64_t>(samples_per_epoch_);
+  const uint64_t epoch = static_cast<uint64_t>(index) / n;
+  const uint64_t position = static_cast<uint64_t>(index) % n;
+  if (!shuffle_ || n == 1) return static_cast<int64_t>(position);
+  // Smallest h with 2^(2h) >= n, at least 1 so both halves have a bit.
+  const int bits = std::bit_width(n - 1);
+  const int half_bits = std::max(1, (bits + 1) / 2);
+  const uint64_t key = splitmix64(seed_ ^ splitmix64(epoch ^ 0x6a756d626f5f6570ull));
+  uint64_t x = position;
+  do {
+    x = feistel(x, key, half_bits);
+  } while (x >= n);
+  return static_cast<int64_t>(x);
+}
+
+void GptSampler::sample(int64_t index, int32_t* out) const {
+  const uint64_t start = static_cast<uint64_t>(permuted(index)) * static_cast<uint64_t>(seq_len_);
+  data_.read(start, static_cast<uint64_t>(seq_len_) + 1, out);
+}
+
+}  // namespace jumbo

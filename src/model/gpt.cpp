@@ -1,0 +1,226 @@
+#include "jumbo/model/gpt.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace jumbo {
+namespace {
+
+ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<int64_t> offset,
+                     std::vector<int64_t> local, InitKind init, float std, bool decay,
+                     bool replicated) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.slice = Slice{std::move(global), std::move(offset), std::move(local)};
+  p.init = init;
+  p.init_std = std;
+  p.weight_decay = decay;
+  p.tp_replicated = replicated;
+  return p;
+}
+
+}  // namespace
+
+GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp)
+    : cfg_(cfg), opts_(opts), backend_(backend), tp_(tp) {
+  tp_rank_ = tp.rank();
+  tp_size_ = tp.size();
+  if (opts_.seq <= 0 || opts_.seq > cfg_.context) {
+    throw std::logic_error(fmt::format("GptModel: seq {} outside (0, context {}]", opts_.seq,
+                                       cfg_.context));
+  }
+  vocab_padded_ = cfg_.padded_vocab(tp_size_);
+  vocab_local_ = vocab_padded_ / tp_size_;
+  vocab_start_ = tp_rank_ * vocab_local_;
+  heads_local_ = cfg_.heads / tp_size_;
+  ffn_local_ = cfg_.ffn_dim() / tp_size_;
+  register_params();
+  params_.allocate(backend_, opts_.compute_dtype);
+  Arena counting;
+  layout_activations(counting);
+  acts_arena_ = backend_.make_arena(counting.used(), "activations");
+  layout_activations(acts_arena_);
+  host_losses_.resize(opts_.micro_batch * opts_.seq);
+}
+
+void GptModel::register_params() {
+  const int64_t c = cfg_.d_model, f = cfg_.ffn_dim(), l = cfg_.layers;
+  const int64_t c3 = 3 * c, c3_local = c3 / tp_size_, c_local = c / tp_size_;
+  const float std = 0.02f;
+  // GPT-2/3: residual output projections scaled by 1/sqrt(2 x layers).
+  const float resid_std = std / std::sqrt(2.0f * static_cast<float>(l));
+  const auto N = InitKind::normal, ONE = InitKind::ones, ZERO = InitKind::zeros;
+  wte_ = params_.add(make_param("embedding.word", {vocab_padded_, c}, {vocab_start_, 0},
+                                {vocab_local_, c}, N, std, true, false));
+  wpe_ = params_.add(make_param("embedding.position", {cfg_.context, c}, {0, 0},
+                                {cfg_.context, c}, N, std, true, true));
+  for (int64_t i = 0; i < l; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    LayerParams lp{};
+    lp.ln1_w = params_.add(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    lp.ln1_b = params_.add(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    // Column-parallel QKV: rows ordered per head (q, k, v), so a tp rank's heads are contiguous.
+    lp.qkv_w = params_.add(make_param(p + "attn.qkv.weight", {c3, c}, {tp_rank_ * c3_local, 0},
+                                      {c3_local, c}, N, std, true, false));
+    lp.qkv_b = params_.add(make_param(p + "attn.qkv.bias", {c3}, {tp_rank_ * c3_local},
+                                      {c3_local}, ZERO, 0, false, false));
+    // Row-parallel output projection: columns split.
+    lp.proj_w = params_.add(make_param(p + "attn.proj.weight", {c, c}, {0, tp_rank_ * c_local},
+                                       {c, c_local}, N, resid_std, true, false));
+    lp.proj_b = params_.add(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    lp.ln2_w = params_.add(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    lp.ln2_b = params_.add(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    lp.fc1_w = params_.add(make_param(p + "mlp.fc1.weight", {f, c}, {tp_rank_ * ffn_local_, 0},
+                                      {ffn_local_, c}, N, std, true, false));
+    lp.fc1_b = params_.add(make_param(p + "mlp.fc1.bias", {f}, {tp_rank_ * ffn_local_},
+                                      {ffn_local_}, ZERO, 0, false, false));
+    lp.fc2_w = params_.add(make_param(p + "mlp.fc2.weight", {c, f}, {0, tp_rank_ * ffn_local_},
+                                      {c, ffn_local_}, N, resid_std, true, false));
+    lp.fc2_b = params_.add(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    layer_params_.push_back(lp);
+  }
+  lnf_w_ = params_.add(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
+  lnf_b_ = params_.add(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+}
+
+void GptModel::layout_activations(Arena& arena) {
+  const DType t = opts_.compute_dtype;
+  const DType f32 = DType::f32;
+  const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
+  const int64_t c_local = c / tp_size_;
+  a_ = Activations{};
+  a_.tokens = arena.alloc(DType::i32, {n});
+  a_.targets = arena.alloc(DType::i32, {n});
+  a_.encoded = arena.alloc(t, {b, s, c});
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    LayerActs la;
+    la.ln1 = arena.alloc(t, {b, s, c});
+    la.ln1_mean = arena.alloc(f32, {n});
+    la.ln1_rstd = arena.alloc(f32, {n});
+    la.qkv = arena.alloc(t, {b, s, 3 * c_local});
+    la.atty = arena.alloc(t, {b, s, c_local});
+    la.probs = arena.alloc(f32, {b, heads_local_, s, s});
+    la.residual2 = arena.alloc(t, {b, s, c});
+    la.ln2 = arena.alloc(t, {b, s, c});
+    la.ln2_mean = arena.alloc(f32, {n});
+    la.ln2_rstd = arena.alloc(f32, {n});
+    la.fch = arena.alloc(t, {b, s, ffn_local_});
+    la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
+    la.residual3 = arena.alloc(t, {b, s, c});
+    a_.layers.push_back(la);
+  }
+  a_.lnf = arena.alloc(t, {b, s, c});
+  a_.lnf_mean = arena.alloc(f32, {n});
+  a_.lnf_rstd = arena.alloc(f32, {n});
+  a_.logits = arena.alloc(t, {n, vocab_local_});
+  a_.ce_max = arena.alloc(f32, {n});
+  a_.ce_sumexp = arena.alloc(f32, {n});
+  a_.ce_target = arena.alloc(f32, {n});
+  a_.losses = arena.alloc(f32, {n});
+  a_.proj_out = arena.alloc(t, {b, s, c});
+  a_.dresidual = arena.alloc(t, {b, s, c});
+  a_.dln = arena.alloc(t, {b, s, c});
+  a_.datty = arena.alloc(t, {b, s, c_local});
+  a_.dqkv = arena.alloc(t, {b, s, 3 * c_local});
+  a_.dfch = arena.alloc(t, {b, s, ffn_local_});
+  a_.dfch_gelu = arena.alloc(t, {b, s, ffn_local_});
+  a_.dprobs = arena.alloc(f32, {b, heads_local_, s, s});
+}
+
+void GptModel::block_forward(int64_t l, Tensor input) {
+  const LayerParams& p = layer_params_[l];
+  LayerActs& a = a_.layers[l];
+  auto W = [&](int i) { return params_.weight(i); };
+  // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
+  const bool bias_here = tp_rank_ == 0;
+  backend_.layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, input, W(p.ln1_w), W(p.ln1_b),
+                         opts_.layernorm_eps);
+  backend_.linear_fwd(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b));
+  backend_.attention_fwd(a.atty, a.probs, a.qkv);
+  backend_.linear_fwd(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
+  tp_.all_reduce(a_.proj_out, ReduceOp::sum);
+  backend_.add(a.residual2, input, a_.proj_out);
+  backend_.layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W(p.ln2_w), W(p.ln2_b),
+                         opts_.layernorm_eps);
+  backend_.linear_fwd(a.fch, a.ln2, W(p.fc1_w), W(p.fc1_b));
+  backend_.gelu_fwd(a.fch_gelu, a.fch);
+  backend_.linear_fwd(a_.proj_out, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
+  tp_.all_reduce(a_.proj_out, ReduceOp::sum);
+  backend_.add(a.residual3, a.residual2, a_.proj_out);
+}
+
+double GptModel::forward(const int32_t* tokens, const int32_t* targets) {
+  backend_.from_host(a_.tokens, tokens);
+  backend_.from_host(a_.targets, targets);
+  // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
+  backend_.token_embedding_fwd(a_.encoded, a_.tokens, params_.weight(wte_), vocab_start_);
+  tp_.all_reduce(a_.encoded, ReduceOp::sum);
+  backend_.position_embedding_fwd(a_.encoded, params_.weight(wpe_));
+  Tensor x = a_.encoded;
+  for (int64_t l = 0; l < cfg_.layers; ++l) {
+    block_forward(l, x);
+    x = a_.layers[l].residual3;
+  }
+  backend_.layernorm_fwd(a_.lnf, a_.lnf_mean, a_.lnf_rstd, x, params_.weight(lnf_w_),
+                         params_.weight(lnf_b_), opts_.layernorm_eps);
+  const int64_t n = opts_.micro_batch * opts_.seq;
+  // Tied head: logits for this rank's vocab slice only.
+  backend_.linear_fwd(a_.logits, a_.lnf.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
+  // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
+  backend_.ce_local_max(a_.ce_max, a_.logits);
+  tp_.all_reduce(a_.ce_max, ReduceOp::max);
+  backend_.ce_local_sumexp(a_.ce_sumexp, a_.logits, a_.ce_max);
+  backend_.ce_target_logit(a_.ce_target, a_.logits, a_.targets, vocab_start_);
+  tp_.all_reduce(a_.ce_sumexp, ReduceOp::sum);
+  tp_.all_reduce(a_.ce_target, ReduceOp::sum);
+  backend_.ce_loss(a_.losses, a_.ce_max, a_.ce_sumexp, a_.ce_target);
+  backend_.to_host(host_losses_.data(), a_.losses);
+  double sum = 0;
+  for (float v : host_losses_) sum += v;
+  return sum;
+}
+
+void GptModel::block_backward(int64_t l, Tensor input) {
+  const LayerParams& p = layer_params_[l];
+  LayerActs& a = a_.layers[l];
+  auto W = [&](int i) { return params_.weight(i); };
+  auto G = [&](int i) { return params_.grad(i); };
+  Tensor dres = a_.dresidual;  // holds d(residual3) on entry, d(input) on exit
+  // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
+  backend_.linear_bwd(a_.dfch_gelu, G(p.fc2_w), G(p.fc2_b), dres, a.fch_gelu, W(p.fc2_w), false);
+  backend_.gelu_bwd(a_.dfch, a_.dfch_gelu, a.fch);
+  backend_.linear_bwd(a_.dln, G(p.fc1_w), G(p.fc1_b), a_.dfch, a.ln2, W(p.fc1_w), false);
+  tp_.all_reduce(a_.dln, ReduceOp::sum);  // column-parallel input gradient
+  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), a_.dln, a.residual2, W(p.ln2_w),
+                         a.ln2_mean, a.ln2_rstd);
+  // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
+  backend_.linear_bwd(a_.datty, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), false);
+  backend_.attention_bwd(a_.dqkv, a_.dprobs, a_.datty, a.qkv, a.probs);
+  backend_.linear_bwd(a_.dln, G(p.qkv_w), G(p.qkv_b), a_.dqkv, a.ln1, W(p.qkv_w), false);
+  tp_.all_reduce(a_.dln, ReduceOp::sum);
+  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), a_.dln, input, W(p.ln1_w), a.ln1_mean,
+                         a.ln1_rstd);
+}
+
+void GptModel::backward(float loss_scale) {
+  const int64_t n = opts_.micro_batch * opts_.seq, c = cfg_.d_model;
+  // dlogits overwrite the logits in place.
+  backend_.ce_bwd(a_.logits, a_.logits, a_.ce_max, a_.ce_sumexp, a_.targets, vocab_start_,
+                  loss_scale);
+  Tensor x_last = cfg_.layers > 0 ? a_.layers[cfg_.layers - 1].residual3 : a_.encoded;
+  backend_.linear_bwd(a_.dln.view({n, c}), params_.grad(wte_), Tensor{}, a_.logits,
+                      a_.lnf.view({n, c}), params_.weight(wte_), false);
+  tp_.all_reduce(a_.dln, ReduceOp::sum);  // the head is column-parallel over the vocabulary
+  backend_.fill(a_.dresidual, 0.0f);
+  backend_.layernorm_bwd(a_.dresidual, params_.grad(lnf_w_), params_.grad(lnf_b_), a_.dln, x_last,
+                         params_.weight(lnf_w_), a_.lnf_mean, a_.lnf_rstd);
+  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    block_backward(l, l > 0 ? a_.layers[l - 1].residual3 : a_.encoded);
+  }
+  backend_.position_embedding_bwd(params_.grad(wpe_), a_.dresidual);
+  backend_.token_embedding_bwd(params_.grad(wte_), a_.dresidual, a_.tokens, vocab_start_);
+}
+
+}  // namespace jumbo

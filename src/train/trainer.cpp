@@ -1,0 +1,175 @@
+#include "jumbo/train/trainer.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "jumbo/data/tokenizer.h"
+#include "jumbo/model/flops.h"
+#include "jumbo/obs/memory.h"
+#include "jumbo/obs/peak.h"
+
+namespace jumbo {
+namespace {
+
+DType compute_dtype(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+}  // namespace
+
+Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> world)
+    : cfg_(cfg), backend_(backend), world_(std::move(world)), seq_(cfg.model.context) {
+  validate(cfg_, world_->size());
+  if (cfg_.parallel.tp != 1 || cfg_.parallel.pp != 1 || world_->size() != 1) {
+    throw UserError(fmt::format(
+        "{}: parallel.tp = {}, parallel.pp = {} on {} ranks: this build trains on one rank only "
+        "(tensor, pipeline and data parallelism arrive with the parallelism milestone)",
+        cfg_.source, cfg_.parallel.tp, cfg_.parallel.pp, world_->size()));
+  }
+  if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
+
+  // Data first: a mismatch should fail before gigabytes are allocated.
+  const Tokenizer tokenizer(cfg_.data.tokenizer);
+  if (tokenizer.vocab_size() > cfg_.model.vocab) {
+    throw UserError(fmt::format("{}: model.vocab = {} is smaller than the vocabulary of "
+                                "data.tokenizer = {} ({} pieces)",
+                                cfg_.source, cfg_.model.vocab, cfg_.data.tokenizer,
+                                tokenizer.vocab_size()));
+  }
+  train_data_ = std::make_unique<IndexedDataset>(cfg_.data.train);
+  train_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(), tokenizer.path());
+  train_sampler_ = std::make_unique<GptSampler>(*train_data_, seq_, cfg_.train.seed, true);
+  const int64_t mb = cfg_.parallel.micro_batch;
+  train_batches_ = std::make_unique<DatasetBatches>(*train_sampler_, mb, seq_, 0, 1);
+  if (!cfg_.data.valid.empty()) {
+    valid_data_ = std::make_unique<IndexedDataset>(cfg_.data.valid);
+    valid_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(),
+                                 tokenizer.path());
+    valid_sampler_ = std::make_unique<GptSampler>(*valid_data_, seq_, cfg_.train.seed, false);
+    valid_batches_ = std::make_unique<DatasetBatches>(*valid_sampler_, mb, seq_, 0, 1);
+  }
+
+  GptOptions opts;
+  opts.micro_batch = mb;
+  opts.seq = seq_;
+  opts.compute_dtype = compute_dtype(cfg_.train.precision);
+  model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, *world_);
+  model_->initialize(cfg_.train.seed);
+  optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train);
+  tokens_.resize(mb * seq_);
+  targets_.resize(mb * seq_);
+
+  const int64_t decay = cfg_.train.decay_tokens > 0 ? cfg_.train.decay_tokens
+                                                    : total_run_tokens(cfg_, 1);
+  lr_ = std::make_unique<LrSchedule>(cfg_.train, decay);
+  ramp_ = std::make_unique<BatchRamp>(cfg_.train, mb);
+  if (world_->rank() == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.log.metrics_file);
+  peak_tflops_ = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops
+                                          : measure_fp32_peak_gflops(0.3) / 1000.0;
+
+  const ParamStore& ps = model_->params();
+  print(fmt::format("model {}: {} layers, d_model {}, {} heads, ffn {}, vocab {} (padded {}), "
+                    "context {}; {:.2f}M parameters",
+                    cfg_.model.name, cfg_.model.layers, cfg_.model.d_model, cfg_.model.heads,
+                    cfg_.model.ffn_dim(), cfg_.model.vocab, model_->padded_vocab(),
+                    cfg_.model.context, static_cast<double>(parameter_count(cfg_.model)) / 1e6));
+  print(fmt::format("layout tp 1 x pp 1 x dp 1 on {} rank; {} {}; memory: params+grads {}, "
+                    "adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
+                    world_->size(), backend_.name(), to_string(cfg_.train.precision),
+                    human_bytes(static_cast<double>(ps.bytes())),
+                    human_bytes(static_cast<double>(optimizer_->state_bytes())),
+                    human_bytes(static_cast<double>(model_->activation_bytes())), peak_tflops_,
+                    cfg_.log.peak_tflops > 0 ? "log.peak_tflops" : "measured fp32"));
+  print(fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", cfg_.data.train,
+                    train_data_->num_tokens(), train_sampler_->samples_per_epoch(), seq_ + 1,
+                    cfg_.data.tokenizer));
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print(const std::string& line) const {
+  if (world_->rank() == 0) {
+    std::fputs((line + "\n").c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+double Trainer::evaluate() {
+  if (!valid_batches_) return NAN;
+  valid_batches_->start_step(0);
+  double sum = 0;
+  for (int64_t k = 0; k < cfg_.train.eval_batches; ++k) {
+    valid_batches_->next(tokens_.data(), targets_.data());
+    sum += model_->forward(tokens_.data(), targets_.data());
+  }
+  return sum / static_cast<double>(cfg_.train.eval_batches * cfg_.parallel.micro_batch * seq_);
+}
+
+TrainSummary Trainer::run() {
+  using clock = std::chrono::steady_clock;
+  TrainSummary summary;
+  int64_t consumed_samples = 0, consumed_tokens = 0;
+  double time_spent = 0;
+  const int64_t steps = cfg_.train.steps;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const auto t0 = clock::now();
+    const int64_t batch = ramp_->at(consumed_tokens);
+    const int64_t batch_tokens = batch * seq_;
+    const double lr = lr_->at(consumed_tokens + batch_tokens);
+    train_batches_->start_step(consumed_samples);
+    const StepResult r =
+        train_step(*model_, *optimizer_, *train_batches_, batch / cfg_.parallel.micro_batch,
+                   batch_tokens, lr, cfg_.train.grad_clip, tokens_.data(), targets_.data());
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+      throw UserError(fmt::format("step {}: loss is {} (grad norm {}); stopping before the "
+                                  "update. Lower train.lr (now {}) or check the data",
+                                  step, r.loss, r.grad_norm, cfg_.train.lr));
+    }
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    consumed_samples += batch;
+    consumed_tokens += batch_tokens;
+    time_spent += dt;
+
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = steps;
+    m.loss = r.loss;
+    m.lr = lr;
+    m.grad_norm = r.grad_norm;
+    m.global_batch = batch;
+    m.tokens = consumed_tokens;
+    m.step_time_s = dt;
+    m.tokens_per_s = static_cast<double>(batch_tokens) / dt;
+    m.tflops_per_device = model_flops_per_iteration(cfg_.model, batch, seq_) / dt /
+                          static_cast<double>(world_->size()) / 1e12;
+    m.mfu = m.tflops_per_device / peak_tflops_;
+    m.mem_peak_bytes = peak_rss_bytes();
+    m.eta_s = time_spent / static_cast<double>(step) * static_cast<double>(steps - step);
+    if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
+      m.val_loss = evaluate();
+      summary.final_val_loss = m.val_loss;
+    }
+    if (metrics_) metrics_->write(m);
+    if (step % cfg_.log.every == 0 || step == steps || step == 1 || m.val_loss) {
+      print(human_line(m));
+    }
+    summary.losses.push_back(r.loss);
+    summary.final_loss = r.loss;
+    summary.steps = step;
+  }
+  return summary;
+}
+
+}  // namespace jumbo

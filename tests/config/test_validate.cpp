@@ -1,0 +1,154 @@
+// validate(): every consistency check fails with one line that starts with the config's
+// source and names the key(s), the value(s) and what is allowed.
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* kSource = "sweep.toml";
+const char* kRun = R"(
+[model]
+layers = 2
+d_model = 64
+heads = 4
+ffn = 256
+vocab = 512
+context = 32
+[parallel]
+micro_batch = 2
+[train]
+steps = 10
+global_batch = 8
+lr = 1e-3
+min_lr = 1e-4
+eval_every = 5
+[data]
+train = "corpus/train"
+valid = "corpus/valid"
+tokenizer = "corpus/tok.model"
+)";
+
+RunConfig run_with(const std::vector<std::string>& sets) {
+  return parse_run_config(kRun, kSource, sets);
+}
+
+// Loads kRun with `sets` and checks it against `world_size`; returns the UserError's message.
+std::string error_of(const std::vector<std::string>& sets, int world_size = 1) {
+  try {
+    validate(run_with(sets), world_size);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a UserError";
+  return "";
+}
+
+void expect_error(const std::vector<std::string>& sets, std::initializer_list<std::string> parts,
+                  int world_size = 1) {
+  const std::string message = error_of(sets, world_size);
+  EXPECT_EQ(message.rfind(std::string(kSource) + ": ", 0), 0u) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  for (const std::string& part : parts) EXPECT_THAT(message, HasSubstr(part));
+}
+
+TEST(Validate, TheBaseRunIsValid) {
+  EXPECT_NO_THROW(validate(run_with({}), 1));
+  EXPECT_NO_THROW(validate(run_with({"parallel.tp=2"}), 2));
+  EXPECT_NO_THROW(validate(run_with({"parallel.tp=2", "parallel.pp=2"}), 8));  // dp 2: 8 = 2 x 2 x 2
+  EXPECT_NO_THROW(validate(run_with({"train.rampup_start_batch=4", "train.rampup_tokens=1000"}), 2));
+}
+
+TEST(Validate, ModelShape) {
+  expect_error({"model.heads=7"}, {"model.heads = 7 does not divide model.d_model = 64"});
+  expect_error({"model.layers=0"}, {"model.layers = 0: expected > 0"});
+  expect_error({"model.vocab=-3"}, {"model.vocab = -3: expected > 0"});
+  expect_error({"model.context=0"}, {"model.context = 0"});
+  expect_error({"model.ffn=-1"}, {"model.ffn = -1"});
+  expect_error({"model.vocab_multiple=0"}, {"model.vocab_multiple = 0"});
+  ModelConfig m = run_with({}).model;
+  m.d_model = 0;
+  EXPECT_THROW(validate_model(m, "preset.toml"), UserError);
+}
+
+TEST(Validate, ParallelLayout) {
+  expect_error({"parallel.tp=2"}, {"world size 3 is not divisible by parallel.tp x parallel.pp = 2 x 1"}, 3);
+  expect_error({"parallel.tp=3"}, {"parallel.tp = 3 does not divide model.heads = 4"}, 3);
+  expect_error({"parallel.tp=4", "model.ffn=90"},
+               {"parallel.tp = 4 does not divide the ffn width 90"}, 4);
+  expect_error({"parallel.pp=3"}, {"parallel.pp = 3 exceeds model.layers = 2"}, 3);
+  expect_error({"parallel.tp=0"}, {"parallel.tp = 0: expected >= 1"});
+  expect_error({"parallel.micro_batch=0"}, {"parallel.micro_batch = 0: expected >= 1"});
+}
+
+TEST(Validate, LoadingChecksWhatItCanBeforeTheWorldIsKnown) {
+  // parse_run_config runs the world-independent checks (dp = 1) itself.
+  EXPECT_THROW(run_with({"train.global_batch=7"}), UserError);
+  EXPECT_NO_THROW(validate(run_with({"parallel.tp=2", "parallel.pp=2"}), 0));
+}
+
+TEST(Validate, BatchesDivideIntoMicrobatchesOnEveryDataParallelRank) {
+  expect_error({"train.global_batch=6"},
+               {"train.global_batch = 6 is not a multiple of parallel.micro_batch x dp = 2 x 2"}, 2);
+  expect_error({"train.global_batch=0"}, {"train.global_batch = 0: expected > 0"});
+  expect_error({"train.steps=0"}, {"train.steps = 0: expected > 0"});
+}
+
+TEST(Validate, LearningRateSchedule) {
+  expect_error({"train.min_lr=0.01"},
+               {"train.min_lr = 0.01 with train.lr = 0.001: expected 0 <= min_lr <= lr"});
+  expect_error({"train.min_lr=-1"}, {"train.min_lr = -1"});
+  expect_error({"train.lr=0", "train.min_lr=0"}, {"train.lr = 0: expected > 0"});
+  expect_error({"train.warmup_tokens=-1"}, {"train.warmup_tokens = -1: expected >= 0"});
+  expect_error({"train.decay_tokens=-5"}, {"train.decay_tokens = -5"});
+}
+
+TEST(Validate, BatchRampUp) {
+  expect_error({"train.rampup_start_batch=2", "train.rampup_tokens=100"},
+               {"train.rampup_start_batch = 2 is not a multiple of parallel.micro_batch x dp = 2 x 2"},
+               2);
+  expect_error({"train.rampup_start_batch=16", "train.rampup_tokens=100"},
+               {"train.rampup_start_batch = 16 exceeds train.global_batch = 8"});
+  expect_error({"train.rampup_start_batch=4"},
+               {"train.rampup_tokens = 0 with train.rampup_start_batch = 4: expected > 0"});
+}
+
+TEST(Validate, Optimizer) {
+  expect_error({"train.beta1=1"}, {"train.beta1 = 1: expected 0 <= train.beta1 < 1"});
+  expect_error({"train.beta2=-0.5"}, {"train.beta2 = -0.5"});
+  expect_error({"train.eps=0"}, {"train.eps = 0: expected > 0"});
+  expect_error({"train.weight_decay=-0.1"}, {"train.weight_decay = -0.1: expected >= 0"});
+  expect_error({"train.grad_clip=-1"}, {"train.grad_clip = -1: expected >= 0"});
+  expect_error({"train.eps=nan"}, {"train.eps = nan"});
+}
+
+TEST(Validate, EvaluationDataAndLogging) {
+  expect_error({"train.eval_every=-1"}, {"train.eval_every = -1"});
+  expect_error({"train.eval_batches=0"}, {"train.eval_batches = 0: expected >= 1"});
+  expect_error({"data.valid="}, {"data.valid is empty but train.eval_every = 5"});
+  EXPECT_NO_THROW(run_with({"data.valid=", "train.eval_every=0"}));
+  expect_error({"data.train="}, {"data.train is empty"});
+  expect_error({"data.tokenizer=\"\""}, {"data.tokenizer is empty"});
+  expect_error({"log.every=0"}, {"log.every = 0: expected >= 1"});
+  expect_error({"log.peak_tflops=-1"}, {"log.peak_tflops = -1"});
+  expect_error({"train.threads=-2"}, {"train.threads = -2"});
+}
+
+TEST(Validate, CheckpointsAreNotSupportedYet) {
+  expect_error({"checkpoint.every=100"},
+               {"checkpoint.every = 100: saving checkpoints is not supported by this build yet"});
+  expect_error({"checkpoint.resume=latest"},
+               {"checkpoint.resume = \"latest\"", "not supported by this build yet"});
+}
+
+}  // namespace
+}  // namespace jumbo
