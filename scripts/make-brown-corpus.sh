@@ -33,12 +33,23 @@ def words(paragraph):
         word, sep, _tag = token.rpartition("/")
         yield word if sep else token
 
+# The tagged text puts a closing quote before the sentence's punctuation ('' ?); American
+# print puts , . ? ! inside the quotes.
+MOVED_INSIDE_QUOTES = {",", ".", "?", "!"}
+
+def quotes_outside(words):
+    words = list(words)
+    for i in range(len(words) - 1):
+        if words[i] == "''" and words[i + 1] in MOVED_INSIDE_QUOTES:
+            words[i], words[i + 1] = words[i + 1], words[i]
+    return words
+
 def detokenize(paragraph):
     out = []
     attach = True          # no space before the next token (start, or after an opener)
     single_open = False    # a lone ' alternates between opening and closing
     prev = None
-    for w in words(paragraph):
+    for w in quotes_outside(words(paragraph)):
         # Repeated sentence ends, and the full stop after an abbreviation ("Jr. .").
         if (w in DOUBLED_ARTIFACTS and w == prev) or (
                 w == "." and prev and prev != "." and prev.endswith(".")):

@@ -43,13 +43,13 @@ uint64_t feistel(uint64_t x, uint64_t key, int half_bits) {
 GptSampler::GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed, bool shuffle)
     : data_(data), seq_len_(seq_len), seed_(seed), shuffle_(shuffle) {
   if (seq_len <= 0) {
-    throw UserError(fmt::format("{}: sequence length {} for sampling, expected a positive length",
+    throw UserError(fmt::format("{}: context {} for sampling, expected a positive length",
                                 data.prefix(), seq_len));
   }
   const uint64_t tokens = data.num_tokens();
   if (tokens < static_cast<uint64_t>(seq_len) + 1) {
-    throw UserError(fmt::format("{}: {} tokens, too few for one sample of context + 1 = {} tokens",
-                                data.prefix(), tokens, seq_len + 1));
+    throw UserError(fmt::format("{}.bin: {} tokens, too few for one sample of {} (context {} + 1)",
+                                data.prefix(), tokens, seq_len + 1, seq_len));
   }
   samples_per_epoch_ = static_cast<int64_t>((tokens - 1) / static_cast<uint64_t>(seq_len));
 }

@@ -1,5 +1,6 @@
 #include "data_test_support.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -42,13 +43,16 @@ void write_brown_subset(const std::string& path, int count) {
 }
 
 std::string small_tokenizer() {
-  const fs::path cache = fs::path(JUMBO_BINARY_DIR) / "test-data";
-  const fs::path model = cache / "brown-valid5-unigram500.model";
-  if (fs::exists(model)) return model.string();
-  fs::create_directories(cache);
   TempDir tmp;
   const std::string subset = tmp.file("subset.jsonl");
   write_brown_subset(subset, 5);
+  // Keyed by the training text, so a regenerated corpus retrains instead of reusing.
+  uint64_t key = 0xcbf29ce484222325ull;
+  for (unsigned char c : read_bytes(subset)) key = (key ^ c) * 0x100000001b3ull;
+  const fs::path cache = fs::path(JUMBO_BINARY_DIR) / "test-data";
+  const fs::path model = cache / fmt::format("brown-valid5-unigram500-{:016x}.model", key);
+  if (fs::exists(model)) return model.string();
+  fs::create_directories(cache);
   TokenizerTrainOptions opts;
   opts.inputs = {subset};
   opts.model_prefix = tmp.file("tok");

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The binary's contract for user mistakes: exit status 2 and exactly one line on stderr that
+# names the file or key, the value and what was expected. Usage: user_errors.sh JUMBO REPO
+set -uo pipefail
+jumbo=$1
+repo=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$repo"
+failures=0
+
+# expect_error NAME PATTERN... -- ARGS: runs jumbo ARGS, checks status 2, one stderr line,
+# and that the line contains every PATTERN.
+expect_error() {
+  local name=$1
+  shift
+  local patterns=()
+  while [[ $1 != -- ]]; do
+    patterns+=("$1")
+    shift
+  done
+  shift
+  "$jumbo" "$@" >"$tmp/out" 2>"$tmp/err"
+  local status=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  local ok=1
+  [[ $status -eq 2 ]] || ok=0
+  [[ $lines -eq 1 ]] || ok=0
+  for p in "${patterns[@]}"; do grep -qF -- "$p" "$tmp/err" || ok=0; done
+  if [[ $ok -eq 1 ]]; then
+    echo "ok   $name: $(cat "$tmp/err")"
+  else
+    echo "FAIL $name: status $status, $lines stderr lines:"
+    cat "$tmp/err"
+    failures=$((failures + 1))
+  fi
+}
+
+cat >"$tmp/unknown.toml" <<'TOML'
+[train]
+lrr = 1e-4
+TOML
+expect_error unknown-key "$tmp/unknown.toml" "train.lrr" -- train --config "$tmp/unknown.toml"
+
+cat >"$tmp/type.toml" <<'TOML'
+[train]
+lr = "fast"
+TOML
+expect_error wrong-type "$tmp/type.toml" "train.lr" "fast" -- train --config "$tmp/type.toml"
+
+expect_error heads-not-dividing "model.heads" "7" -- train --set model.heads=7
+expect_error batch-not-divisible "train.global_batch" "33" -- train --set train.global_batch=33
+expect_error malformed-set "trainlr" -- train --set trainlr
+expect_error missing-config "nope.toml" -- train --config "$tmp/nope.toml"
+expect_error missing-tokenizer "$tmp/none.model" -- \
+  train --set "data.tokenizer=$tmp/none.model"
+expect_error missing-preset "missing.toml" "cannot open" -- info --model "$tmp/missing.toml"
+expect_error bad-precision "bf17" -- bench train --model inputs/models/tiny.toml --precision bf17
+
+# A tokenizer that is not a SentencePiece model.
+echo "not a model" >"$tmp/bad.model"
+expect_error corrupt-tokenizer "$tmp/bad.model" -- \
+  data prepare --input inputs/data/brown-valid.jsonl --tokenizer "$tmp/bad.model" --output "$tmp/x"
+
+# info: J1-Jumbo has 178B parameters within 1%.
+if "$jumbo" info --model inputs/models/j1-jumbo.toml | grep -q "(177.87B)"; then
+  echo "ok   info-j1-jumbo"
+else
+  echo "FAIL info-j1-jumbo"
+  failures=$((failures + 1))
+fi
+
+echo "$failures failures"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,140 @@
+// The trainer end to end on real Brown text: a tokenizer and datasets made by the data part,
+// a tiny GPT, and the run config machinery.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "../data/data_test_support.h"
+#include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
+#include "jumbo/data/prepare.h"
+#include "jumbo/data/tokenizer.h"
+#include "jumbo/train/trainer.h"
+
+namespace jumbo {
+namespace {
+
+struct TinyRun {
+  test::TempDir dir;
+  std::string tokenizer = test::small_tokenizer();
+
+  TinyRun() {
+    const std::string docs = dir.file("docs.jsonl");
+    test::write_brown_subset(docs, 12);
+    PrepareOptions p;
+    p.inputs = {docs};
+    p.tokenizer = tokenizer;
+    p.output_prefix = dir.file("train");
+    prepare_dataset(p);
+    p.output_prefix = dir.file("valid");
+    prepare_dataset(p);
+  }
+
+  std::string config(const std::string& extra = "") {
+    const std::string path = dir.file("run.toml");
+    std::ofstream out(path);
+    out << "[model]\npreset = \"" << JUMBO_SOURCE_DIR << "/inputs/models/tiny.toml\"\n"
+        << "[parallel]\nmicro_batch = 4\n"
+        << "[train]\nsteps = 40\nglobal_batch = 8\nlr = 3e-3\nmin_lr = 3e-4\n"
+        << "warmup_tokens = 1000\neval_every = 20\neval_batches = 2\n"
+        << "[data]\ntrain = \"" << dir.file("train") << "\"\nvalid = \"" << dir.file("valid")
+        << "\"\ntokenizer = \"" << tokenizer << "\"\n"
+        << "[log]\nmetrics_file = \"" << dir.file("metrics.jsonl") << "\"\nevery = 100\n"
+        << extra;
+    return path;
+  }
+};
+
+TrainSummary train(const RunConfig& cfg) {
+  auto backend = make_cpu_backend();
+  Trainer t(cfg, *backend, mpi_world());
+  return t.run();
+}
+
+TEST(Trainer, TinyGptLearnsBrownText) {
+  TinyRun run;
+  const RunConfig cfg = load_run_config(run.config(), {});
+  const TrainSummary s = train(cfg);
+  ASSERT_EQ(s.steps, 40);
+  EXPECT_GT(s.losses.front(), std::log(512.0) - 0.2);
+  EXPECT_LT(s.losses.back(), s.losses.front() - 1.0);
+  ASSERT_TRUE(s.final_val_loss.has_value());
+  EXPECT_LT(*s.final_val_loss, std::log(512.0) - 1.0);
+  // One JSON line per step, with the evaluation's val_loss on steps 20 and 40.
+  std::ifstream metrics(run.dir.file("metrics.jsonl"));
+  std::string line;
+  int lines = 0, with_val = 0;
+  while (std::getline(metrics, line)) {
+    ++lines;
+    with_val += line.find("\"val_loss\"") != std::string::npos;
+  }
+  EXPECT_EQ(lines, 40);
+  EXPECT_EQ(with_val, 2);
+}
+
+TEST(Trainer, SameConfigReproducesBitForBitAndBf16Agrees) {
+  TinyRun run;
+  RunConfig cfg = load_run_config(run.config(), {"train.steps=8", "log.metrics_file=\"\""});
+  const TrainSummary a = train(cfg);
+  const TrainSummary b = train(cfg);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << i;
+  cfg.train.precision = Precision::bf16;
+  const TrainSummary c = train(cfg);
+  // bf16 storage: ~3 significant digits per activation; the mean loss stays within 1%.
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_NEAR(c.losses[i], a.losses[i], 0.01 * a.losses[i]) << i;
+  }
+}
+
+TEST(Trainer, BatchRampUpChangesTheBatchAndStillTrains) {
+  TinyRun run;
+  const RunConfig cfg = load_run_config(
+      run.config(), {"train.rampup_start_batch=4", "train.rampup_tokens=1024", "train.steps=6"});
+  const TrainSummary s = train(cfg);
+  EXPECT_EQ(s.steps, 6);
+  std::ifstream metrics(run.dir.file("metrics.jsonl"));
+  std::string first;
+  std::getline(metrics, first);
+  EXPECT_NE(first.find("\"global_batch\":4"), std::string::npos) << first;
+}
+
+TEST(Trainer, NonFiniteLossStopsNamingTheStep) {
+  TinyRun run;
+  const RunConfig cfg = load_run_config(
+      run.config(), {"train.lr=1e30", "train.min_lr=1e29", "train.warmup_tokens=0",
+                     "train.grad_clip=0"});
+  const std::string msg = test::user_error_of([&] { train(cfg); });
+  EXPECT_NE(msg.find("step "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("loss is"), std::string::npos) << msg;
+}
+
+TEST(Trainer, TokenizerThatDoesNotMatchTheDataIsRefused) {
+  TinyRun run;
+  // A second tokenizer with another vocabulary size.
+  TokenizerTrainOptions o;
+  const std::string docs = run.dir.file("other.jsonl");
+  test::write_brown_subset(docs, 5);
+  o.inputs = {docs};
+  o.model_prefix = run.dir.file("other");
+  o.vocab_size = 450;
+  train_tokenizer(o);
+  const RunConfig cfg =
+      load_run_config(run.config(), {"data.tokenizer=\"" + run.dir.file("other.model") + "\""});
+  const std::string msg = test::user_error_of([&] { train(cfg); });
+  EXPECT_NE(msg.find("train.idx"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("other.model"), std::string::npos) << msg;
+}
+
+TEST(Trainer, MissingDatasetNamesTheFile) {
+  TinyRun run;
+  const RunConfig cfg =
+      load_run_config(run.config(), {"data.train=\"" + run.dir.file("nope") + "\""});
+  const std::string msg = test::user_error_of([&] { train(cfg); });
+  EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace jumbo
