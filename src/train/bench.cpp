@@ -56,6 +56,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   TrainBenchResult r;
   r.peak_tflops = opts.peak_tflops > 0 ? opts.peak_tflops : measure_fp32_peak_gflops(0.5) / 1e3;
   std::vector<double> times;
+  backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult sr = train_step(gpt, opt, source, opts.micro_steps, batch_tokens, 1e-4, 1.0,
@@ -66,6 +67,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
     r.loss_last = sr.loss;
     if (s >= opts.warmup_steps) times.push_back(dt);
   }
+  backend.set_flush_denormals(false);
   std::sort(times.begin(), times.end());
   r.step_time_s = times[times.size() / 2];
   r.flops_per_step = model_flops_per_iteration(m, opts.micro_batch * opts.micro_steps, opts.seq);

@@ -119,6 +119,11 @@ double Trainer::evaluate() {
 
 TrainSummary Trainer::run() {
   using clock = std::chrono::steady_clock;
+  struct DenormalScope {
+    Backend& b;
+    explicit DenormalScope(Backend& backend) : b(backend) { b.set_flush_denormals(true); }
+    ~DenormalScope() { b.set_flush_denormals(false); }
+  } denormals(backend_);
   TrainSummary summary;
   int64_t consumed_samples = 0, consumed_tokens = 0;
   double time_spent = 0;

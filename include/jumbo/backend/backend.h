@@ -41,6 +41,11 @@ class Backend {
   // dst = src element by element; numel must match; converts between f32 and bf16.
   virtual void copy(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
+  // Treat denormal floats as zero (like torch.set_flush_denormal). Denormal results — tiny
+  // Adam second moments, vanishing gradients — cost ~100x per operation on x86 and made later
+  // CPU training steps several times slower than the first. The trainer turns it on for its
+  // step loop; kernels' exact semantics (tests) are without it.
+  virtual void set_flush_denormals(bool on) {}
 
   // ---- embeddings ----
   // out[N,C] = wte[token - vocab_start] for tokens in this rank's slice [vocab_start,
