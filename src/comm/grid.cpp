@@ -1,1 +1,32 @@
-// The tp x pp x dp grid arrives with the parallelism issue; one rank is the 1x1x1 grid.
+#include "jumbo/comm/grid.h"
+
+#include <fmt/format.h>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+Grid::Grid(std::shared_ptr<Comm> world, int tp, int pp) : world_(std::move(world)) {
+  const int n = world_->size();
+  if (tp < 1 || pp < 1 || n % (tp * pp) != 0) {
+    throw UserError(fmt::format("world size {} is not a multiple of parallel.tp x parallel.pp = "
+                                "{} x {}",
+                                n, tp, pp));
+  }
+  tp_size_ = tp;
+  pp_size_ = pp;
+  dp_size_ = n / (tp * pp);
+  const int r = world_->rank();
+  tp_rank_ = r % tp;
+  dp_rank_ = (r / tp) % dp_size_;
+  pp_rank_ = r / (tp * dp_size_);
+  // Colours name the coordinates the members share; keys order them by the varying one.
+  tp_ = world_->split(pp_rank_ * dp_size_ + dp_rank_, tp_rank_, "tp");
+  dp_ = world_->split(pp_rank_ * tp_size_ + tp_rank_, dp_rank_, "dp");
+  pp_ = world_->split(dp_rank_ * tp_size_ + tp_rank_, pp_rank_, "pp");
+  mp_ = world_->split(dp_rank_, pp_rank_ * tp_size_ + tp_rank_, "model-parallel");
+  const bool ends = first_stage() || last_stage();
+  embedding_ = world_->split(ends ? dp_rank_ * tp_size_ + tp_rank_ : -1, pp_rank_, "embedding");
+}
+
+}  // namespace jumbo

@@ -3,53 +3,193 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
+#include "jumbo/backend/bf16.h"
 #include "jumbo/comm/comm.h"
 
 namespace jumbo {
 namespace {
 
-MPI_Datatype mpi_type(DType t) {
-  if (t == DType::f32) return MPI_FLOAT;
-  if (t == DType::i32) return MPI_INT;
-  throw std::logic_error(fmt::format("MpiComm: no MPI type for {}", to_string(t)));
+// bf16 has no MPI type: reduce it as 16-bit words with a user op that adds in fp32.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+  }
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+struct MpiOps {
+  MPI_Op bf16_sum_op, bf16_max_op;
+  MpiOps() {
+    MPI_Op_create(&bf16_sum, 1, &bf16_sum_op);
+    MPI_Op_create(&bf16_max, 1, &bf16_max_op);
+  }
+};
+
+const MpiOps& ops() {
+  static MpiOps o;
+  return o;
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT;
+    case DType::bf16: return MPI_UINT16_T;
+  }
+  throw std::logic_error("MpiComm: unknown dtype");
+}
+
+MPI_Op mpi_op(DType t, ReduceOp op) {
+  if (t == DType::bf16) return op == ReduceOp::sum ? ops().bf16_sum_op : ops().bf16_max_op;
+  return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+}
+
+int count_of(const Tensor& t) {
+  if (t.numel() > INT32_MAX) {
+    throw std::logic_error(fmt::format("MpiComm: {} elements exceed MPI's int count",
+                                       t.numel()));
+  }
+  return static_cast<int>(t.numel());
+}
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  static constexpr size_t kMaxInFlight = 1024;
+  MpiComm(MPI_Comm comm, std::string name, bool owned)
+      : comm_(comm), name_(std::move(name)), owned_(owned) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    requests_.reserve(kMaxInFlight);
+  }
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
 
   void all_reduce(Tensor t, ReduceOp op) override {
+    bytes_sent_ += t.bytes();
     if (size_ == 1) return;
-    MPI_Allreduce(MPI_IN_PLACE, t.data, static_cast<int>(t.numel()), mpi_type(t.dtype),
-                  mpi_op(op), comm_);
+    MPI_Allreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
+                  comm_);
+  }
+  CommRequest iall_reduce(Tensor t, ReduceOp op) override {
+    bytes_sent_ += t.bytes();
+    if (size_ == 1) return {};
+    MPI_Request* r = new_request();
+    MPI_Iallreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
+                   comm_, r);
+    return {slot_of(r)};
+  }
+  void reduce_scatter(Tensor in, Tensor out) override {
+    check_blocks(in, out, "reduce_scatter");
+    bytes_sent_ += in.bytes();
+    if (size_ == 1) return copy_if_distinct(out, in);
+    MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
+                             mpi_op(in.dtype, ReduceOp::sum), comm_);
+  }
+  CommRequest ireduce_scatter(Tensor in, Tensor out) override {
+    check_blocks(in, out, "reduce_scatter");
+    bytes_sent_ += in.bytes();
+    if (size_ == 1) {
+      copy_if_distinct(out, in);
+      return {};
+    }
+    MPI_Request* r = new_request();
+    MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
+                              mpi_op(in.dtype, ReduceOp::sum), comm_, r);
+    return {slot_of(r)};
+  }
+  void all_gather(Tensor in, Tensor out) override {
+    check_blocks(out, in, "all_gather");
+    bytes_sent_ += in.bytes();
+    if (size_ == 1) return copy_if_distinct(out, in);
+    const bool in_place = static_cast<char*>(out.data) + rank_ * in.bytes() == in.data;
+    MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, count_of(in), mpi_type(in.dtype), out.data,
+                  count_of(in), mpi_type(in.dtype), comm_);
   }
   void broadcast(Tensor t, int root) override {
+    if (rank_ == root) bytes_sent_ += t.bytes();
     if (size_ == 1) return;
-    MPI_Bcast(t.data, static_cast<int>(t.bytes()), MPI_BYTE, root, comm_);
+    MPI_Bcast(t.data, count_of(t), mpi_type(t.dtype), root, comm_);
+  }
+  CommRequest isend(Tensor t, int peer, int tag) override {
+    bytes_sent_ += t.bytes();
+    MPI_Request* r = new_request();
+    MPI_Isend(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
+    return {slot_of(r)};
+  }
+  CommRequest irecv(Tensor t, int peer, int tag) override {
+    MPI_Request* r = new_request();
+    MPI_Irecv(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
+    return {slot_of(r)};
+  }
+  void wait(CommRequest& req) override {
+    if (!req.pending()) return;
+    MPI_Wait(&requests_[req.slot], MPI_STATUS_IGNORE);
+    free_.push_back(req.slot);
+    req.slot = -1;
   }
   void barrier() override { MPI_Barrier(comm_); }
   double all_reduce_scalar(double value, ReduceOp op) override {
     if (size_ == 1) return value;
     double out = 0;
-    MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, mpi_op(op), comm_);
+    MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_);
     return out;
+  }
+  std::shared_ptr<Comm> split(int color, int key, const std::string& name) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub);
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_shared<MpiComm>(sub, name, true);
   }
 
  private:
+  // Request slots are reused, so steady-state steps allocate nothing.
+  MPI_Request* new_request() {
+    if (free_.empty()) {
+      if (requests_.size() == requests_.capacity()) {
+        throw std::logic_error(fmt::format("{}: more than {} requests in flight", name_,
+                                           requests_.capacity()));
+      }
+      requests_.push_back(MPI_REQUEST_NULL);
+      return &requests_.back();
+    }
+    const int s = free_.back();
+    free_.pop_back();
+    return &requests_[s];
+  }
+  int slot_of(MPI_Request* r) const { return static_cast<int>(r - requests_.data()); }
+  void check_blocks(const Tensor& whole, const Tensor& block, const char* what) const {
+    if (whole.numel() != block.numel() * size_ || whole.dtype != block.dtype) {
+      throw std::logic_error(fmt::format("{} on {}: {} is not {} blocks of {}", what, name_,
+                                         whole.describe(), size_, block.describe()));
+    }
+  }
+  static void copy_if_distinct(Tensor dst, Tensor src) {
+    if (dst.data != src.data) std::memcpy(dst.data, src.data, dst.bytes());
+  }
+
   MPI_Comm comm_;
   std::string name_;
+  bool owned_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> free_;
 };
 
 }  // namespace
@@ -79,7 +219,7 @@ void mpi_abort(int code) {
 
 std::shared_ptr<Comm> mpi_world() {
   mpi_init(nullptr, nullptr);
-  static auto world = std::make_shared<MpiComm>(MPI_COMM_WORLD, "world");
+  static auto world = std::make_shared<MpiComm>(MPI_COMM_WORLD, "world", false);
   return world;
 }
 

@@ -1,15 +1,28 @@
 #pragma once
 // Comm: one process group's collectives and point-to-point. MpiComm works on host memory;
 // NcclComm (CUDA builds) on device memory. comm/ knows nothing of models.
+//
+// Byte accounting: every call adds the payload this rank hands to the operation (the
+// tensor's bytes; for reduce_scatter the input, for all_gather the local part, for send the
+// message) to bytes_sent(). It counts what the algorithm asks of the network, not the wire
+// bytes of a particular MPI algorithm (a ring all-reduce moves 2(n-1)/n of it per rank).
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "jumbo/backend/tensor.h"
 
 namespace jumbo {
 
 enum class ReduceOp { sum, max };
+
+// Handle of a non-blocking operation; wait() on the Comm that issued it.
+struct CommRequest {
+  int slot = -1;
+  bool pending() const { return slot >= 0; }
+};
 
 class Comm {
  public:
@@ -18,16 +31,32 @@ class Comm {
   virtual int size() const = 0;
   virtual const std::string& name() const = 0;  // "world", "tp", "dp", ... for messages
 
-  // In place over f32 tensors.
+  // In place; f32, bf16 (summed in fp32 per element) or i32.
   virtual void all_reduce(Tensor t, ReduceOp op) = 0;
+  virtual CommRequest iall_reduce(Tensor t, ReduceOp op) = 0;
+  // in holds size() equal blocks; out (one block) receives this rank's block of the sum.
+  virtual void reduce_scatter(Tensor in, Tensor out) = 0;
+  virtual CommRequest ireduce_scatter(Tensor in, Tensor out) = 0;
+  // out (size() blocks) receives every rank's `in` in rank order.
+  virtual void all_gather(Tensor in, Tensor out) = 0;
   virtual void broadcast(Tensor t, int root) = 0;
+  virtual CommRequest isend(Tensor t, int peer, int tag) = 0;
+  virtual CommRequest irecv(Tensor t, int peer, int tag) = 0;
+  virtual void wait(CommRequest& r) = 0;
   virtual void barrier() = 0;
-  // Sums a host scalar over the group (losses, norms).
   virtual double all_reduce_scalar(double value, ReduceOp op) = 0;
+
+  // A sub-group of the ranks passing the same color, ordered by key; nullptr for color < 0.
+  virtual std::shared_ptr<Comm> split(int color, int key, const std::string& name) = 0;
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  void reset_bytes() { bytes_sent_ = 0; }
+
+ protected:
+  uint64_t bytes_sent_ = 0;
 };
 
-// The world communicator of this process; calls MPI_Init_thread on first use with
-// MPI_THREAD_MULTIPLE and MPI_Finalize at exit.
+// The world communicator of this process; MPI_Init_thread(MPI_THREAD_MULTIPLE) on first use.
 std::shared_ptr<Comm> mpi_world();
 // Starts MPI (idempotent); returns the world size.
 int mpi_init(int* argc, char*** argv);

@@ -1,0 +1,45 @@
+#pragma once
+// Grid: world = tp x dp x pp ranks. TP varies fastest (a TP group sits on one node and shares
+// NVLink), then DP, then PP: world rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
+// Groups: tp, dp, pp, embedding (first and last stage of one pipeline, for the tied
+// embedding), model-parallel (tp x pp: one model replica, for the grad norm).
+#include <memory>
+
+#include "jumbo/comm/comm.h"
+
+namespace jumbo {
+
+class Grid {
+ public:
+  // Throws UserError when world size is not a multiple of tp x pp.
+  Grid(std::shared_ptr<Comm> world, int tp, int pp);
+
+  int tp_size() const { return tp_size_; }
+  int pp_size() const { return pp_size_; }
+  int dp_size() const { return dp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  int pp_rank() const { return pp_rank_; }
+  int dp_rank() const { return dp_rank_; }
+  bool first_stage() const { return pp_rank_ == 0; }
+  bool last_stage() const { return pp_rank_ == pp_size_ - 1; }
+  int world_rank_of(int tp_rank, int dp_rank, int pp_rank) const {
+    return (pp_rank * dp_size_ + dp_rank) * tp_size_ + tp_rank;
+  }
+
+  Comm& world() { return *world_; }
+  Comm& tp() { return *tp_; }
+  Comm& dp() { return *dp_; }
+  Comm& pp() { return *pp_; }
+  Comm& model_parallel() { return *mp_; }
+  // First and last stage of this pipeline; nullptr on middle stages. With pp = 1 it is this
+  // rank alone (the embedding and the head are the same tensor).
+  Comm* embedding() { return embedding_.get(); }
+  std::shared_ptr<Comm> world_ptr() { return world_; }
+
+ private:
+  std::shared_ptr<Comm> world_, tp_, dp_, pp_, mp_, embedding_;
+  int tp_size_, pp_size_, dp_size_;
+  int tp_rank_, pp_rank_, dp_rank_;
+};
+
+}  // namespace jumbo
