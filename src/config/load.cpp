@@ -19,7 +19,7 @@
 namespace jumbo {
 namespace {
 
-enum class Kind { integer, seed, number, string, precision };
+enum class Kind { integer, seed, number, string, precision, boolean };
 
 template <typename T>
 constexpr Kind kind_of() {
@@ -27,6 +27,7 @@ constexpr Kind kind_of() {
   else if constexpr (std::is_same_v<T, uint64_t>) return Kind::seed;
   else if constexpr (std::is_same_v<T, double>) return Kind::number;
   else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
+  else if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
   else {
     static_assert(std::is_same_v<T, Precision>, "config field of an unsupported type");
     return Kind::precision;
@@ -60,7 +61,9 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(model, vocab_multiple)}},
       {"parallel",
        {JUMBO_FIELD(parallel, tp), JUMBO_FIELD(parallel, pp),
-        JUMBO_FIELD(parallel, micro_batch)}},
+        JUMBO_FIELD(parallel, micro_batch), JUMBO_FIELD(parallel, zero1),
+        JUMBO_FIELD(parallel, bucket_size),
+        JUMBO_FIELD(parallel, comm_timeout_s)}},
       {"train",
        {JUMBO_FIELD(train, steps), JUMBO_FIELD(train, global_batch), JUMBO_FIELD(train, lr),
         JUMBO_FIELD(train, min_lr), JUMBO_FIELD(train, warmup_tokens),
@@ -75,7 +78,8 @@ const std::vector<Section>& schema() {
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
         JUMBO_FIELD(checkpoint, resume)}},
       {"log",
-       {JUMBO_FIELD(log, metrics_file), JUMBO_FIELD(log, every), JUMBO_FIELD(log, peak_tflops)}},
+       {JUMBO_FIELD(log, metrics_file), JUMBO_FIELD(log, every), JUMBO_FIELD(log, peak_tflops),
+        JUMBO_FIELD(log, comm)}},
   };
   return sections;
 }
@@ -204,6 +208,10 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
     case Kind::string:
       if (auto str = v.as_string()) *static_cast<std::string*>(target) = str->get();
       else bad_value(at, s, f, v, "a string");
+      return;
+    case Kind::boolean:
+      if (auto b = v.as_boolean()) *static_cast<bool*>(target) = b->get();
+      else bad_value(at, s, f, v, "true or false");
       return;
     case Kind::precision: {
       auto str = v.as_string();
@@ -397,6 +405,7 @@ std::string describe(const RunConfig& cfg_in) {
         case Kind::number: value = number_text(*static_cast<const double*>(p)); break;
         case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
         case Kind::precision: value = toml_quoted(to_string(*static_cast<const Precision*>(p))); break;
+        case Kind::boolean: value = *static_cast<const bool*>(p) ? "true" : "false"; break;
       }
       out += fmt::format("{} = {}\n", f.key, value);
     }

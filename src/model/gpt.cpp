@@ -37,7 +37,7 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   heads_local_ = cfg_.heads / tp_size_;
   ffn_local_ = cfg_.ffn_dim() / tp_size_;
   register_params();
-  params_.allocate(backend_, opts_.compute_dtype);
+  params_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
   Arena counting;
   layout_activations(counting);
   acts_arena_ = backend_.make_arena(counting.used(), "activations");
@@ -216,11 +216,17 @@ void GptModel::backward(float loss_scale) {
   backend_.fill(a_.dresidual, 0.0f);
   backend_.layernorm_bwd(a_.dresidual, params_.grad(lnf_w_), params_.grad(lnf_b_), a_.dln, x_last,
                          params_.weight(lnf_w_), a_.lnf_mean, a_.lnf_rstd);
+  auto ready = [&](int param) {
+    if (grads_ready_) grads_ready_(params_.info(param).flat_offset);
+  };
+  ready(lnf_w_);
   for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
     block_backward(l, l > 0 ? a_.layers[l - 1].residual3 : a_.encoded);
+    ready(layer_params_[l].ln1_w);  // the layer's first parameter
   }
   backend_.position_embedding_bwd(params_.grad(wpe_), a_.dresidual);
   backend_.token_embedding_bwd(params_.grad(wte_), a_.dresidual, a_.tokens, vocab_start_);
+  ready(wte_);
 }
 
 }  // namespace jumbo

@@ -66,6 +66,7 @@ std::string to_json_line(const StepMetrics& m) {
   j["mem_peak_bytes"] = m.mem_peak_bytes;
   j["eta_s"] = finite_or_null(m.eta_s);
   if (m.val_loss) j["val_loss"] = finite_or_null(*m.val_loss);
+  for (const auto& [group, bytes] : m.comm_bytes) j["comm_bytes"][group] = bytes;
   return j.dump();
 }
 

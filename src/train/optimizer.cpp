@@ -4,17 +4,29 @@
 
 namespace jumbo {
 
-AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg)
-    : params_(params), backend_(backend), cfg_(cfg) {
-  const int64_t n = params.total_numel();
-  arena_ = backend.make_arena(2 * static_cast<size_t>(n) * 4 + 2 * Arena::kAlign, "adam");
-  m_ = arena_.alloc(DType::f32, {n});
-  v_ = arena_.alloc(DType::f32, {n});
+std::vector<OptimRange> all_param_ranges(const ParamStore& params) {
+  std::vector<OptimRange> r;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params.info(static_cast<int>(i));
+    r.push_back({p.flat_offset, p.flat_offset, p.numel(), static_cast<int>(i)});
+  }
+  return r;
+}
+
+AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
+             std::vector<OptimRange> ranges, int64_t state_elems)
+    : params_(params), backend_(backend), cfg_(cfg), ranges_(std::move(ranges)) {
+  arena_ = backend.make_arena(2 * static_cast<size_t>(state_elems) * 4 + 2 * Arena::kAlign, "adam");
+  m_ = arena_.alloc(DType::f32, {state_elems});
+  v_ = arena_.alloc(DType::f32, {state_elems});
   backend.fill(m_, 0.0f);
   backend.fill(v_, 0.0f);
 }
 
-void AdamW::step(double lr, float grad_scale) {
+AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg)
+    : AdamW(params, backend, cfg, all_param_ranges(params), params.total_numel()) {}
+
+void AdamW::step(double lr, float grad_scale, Tensor grads) {
   ++step_;
   AdamWStep s;
   s.lr = static_cast<float>(lr);
@@ -24,14 +36,22 @@ void AdamW::step(double lr, float grad_scale) {
   s.step = step_;
   s.grad_scale = grad_scale;
   const bool mixed = params_.mixed_precision();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_.info(static_cast<int>(i));
-    s.weight_decay = p.weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const int64_t off = p.flat_offset, n = p.numel();
-    Tensor master = params_.all_master().rows(off, n);
-    backend_.adamw(master, params_.all_grads().rows(off, n), m_.rows(off, n), v_.rows(off, n),
-                   mixed ? params_.all_compute().rows(off, n) : Tensor{}, s);
+  for (const OptimRange& r : ranges_) {
+    s.weight_decay = params_.info(r.param).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
+    backend_.adamw(params_.all_master().rows(r.flat, r.count), grads.rows(r.local, r.count),
+                   m_.rows(r.local, r.count), v_.rows(r.local, r.count),
+                   mixed ? params_.all_compute().rows(r.flat, r.count) : Tensor{}, s);
   }
+}
+
+double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
+                         Tensor grads, Backend& backend, int tp_rank) {
+  double sum = 0;
+  for (const OptimRange& r : ranges) {
+    if (params.info(r.param).tp_replicated && tp_rank != 0) continue;
+    sum += backend.sum_squares(grads.rows(r.local, r.count));
+  }
+  return sum;
 }
 
 double grad_norm(ParamStore& params, Backend& backend) {

@@ -29,15 +29,32 @@ std::string human_bytes(double b) {
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> world)
-    : cfg_(cfg), backend_(backend), world_(std::move(world)), seq_(cfg.model.context) {
-  validate(cfg_, world_->size());
-  if (cfg_.parallel.tp != 1 || cfg_.parallel.pp != 1 || world_->size() != 1) {
-    throw UserError(fmt::format(
-        "{}: parallel.tp = {}, parallel.pp = {} on {} ranks: this build trains on one rank only "
-        "(tensor, pipeline and data parallelism arrive with the parallelism milestone)",
-        cfg_.source, cfg_.parallel.tp, cfg_.parallel.pp, world_->size()));
+namespace {
+// Validates before the grid is built, so a layout that does not fit fails with one line.
+const RunConfig& validated(const RunConfig& cfg, int world_size) {
+  validate(cfg, world_size);
+  if (cfg.parallel.pp != 1) {
+    throw UserError(fmt::format("{}: parallel.pp = {}: pipeline parallelism is not available in "
+                                "this build yet (tensor and data parallelism are)",
+                                cfg.source, cfg.parallel.pp));
   }
+  const int64_t dp = world_size / (cfg.parallel.tp * cfg.parallel.pp);
+  if (cfg.train.eval_every > 0 && cfg.train.eval_batches % dp != 0) {
+    throw UserError(fmt::format("{}: train.eval_batches = {} is not a multiple of the "
+                                "data-parallel size {}",
+                                cfg.source, cfg.train.eval_batches, dp));
+  }
+  return cfg;
+}
+}  // namespace
+
+Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> world)
+    : cfg_(validated(cfg, world->size())),
+      backend_(backend),
+      world_(world),
+      grid_(world, static_cast<int>(cfg.parallel.tp), static_cast<int>(cfg.parallel.pp)),
+      seq_(cfg.model.context) {
+  const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
 
   // Data first: a mismatch should fail before gigabytes are allocated.
@@ -52,29 +69,41 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   train_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(), tokenizer.path());
   train_sampler_ = std::make_unique<GptSampler>(*train_data_, seq_, cfg_.train.seed, true);
   const int64_t mb = cfg_.parallel.micro_batch;
-  train_batches_ = std::make_unique<DatasetBatches>(*train_sampler_, mb, seq_, 0, 1);
+  train_batches_ = std::make_unique<DatasetBatches>(*train_sampler_, mb, seq_, dp_rank, dp);
   if (!cfg_.data.valid.empty()) {
     valid_data_ = std::make_unique<IndexedDataset>(cfg_.data.valid);
     valid_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(),
                                  tokenizer.path());
     valid_sampler_ = std::make_unique<GptSampler>(*valid_data_, seq_, cfg_.train.seed, false);
-    valid_batches_ = std::make_unique<DatasetBatches>(*valid_sampler_, mb, seq_, 0, 1);
+    valid_batches_ = std::make_unique<DatasetBatches>(*valid_sampler_, mb, seq_, dp_rank, dp);
   }
 
   GptOptions opts;
   opts.micro_batch = mb;
   opts.seq = seq_;
   opts.compute_dtype = compute_dtype(cfg_.train.precision);
-  model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, *world_);
+  opts.flat_multiple = dp;
+  model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, grid_.tp());
   model_->initialize(cfg_.train.seed);
-  optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train);
+  if (dp > 1) {
+    grad_sync_ = std::make_unique<GradSync>(model_->params(), backend_, grid_.dp(),
+                                            cfg_.parallel.bucket_size, cfg_.parallel.zero1);
+    optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train,
+                                         grad_sync_->ranges(), grad_sync_->state_elems());
+  } else {
+    optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train);
+  }
+  groups_.grad_sync = grad_sync_.get();
+  groups_.loss_group = &grid_.dp();
+  groups_.norm_group = grad_sync_ && grad_sync_->zero1() ? &grid_.world() : &grid_.model_parallel();
+  groups_.tp_rank = grid_.tp_rank();
   tokens_.resize(mb * seq_);
   targets_.resize(mb * seq_);
 
   const int64_t decay = cfg_.train.decay_tokens > 0 ? cfg_.train.decay_tokens
-                                                    : total_run_tokens(cfg_, 1);
+                                                    : total_run_tokens(cfg_, dp);
   lr_ = std::make_unique<LrSchedule>(cfg_.train, decay);
-  ramp_ = std::make_unique<BatchRamp>(cfg_.train, mb);
+  ramp_ = std::make_unique<BatchRamp>(cfg_.train, mb * dp);
   if (world_->rank() == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.log.metrics_file);
   peak_tflops_ = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops
                                           : measure_fp32_peak_gflops(0.3) / 1000.0;
@@ -85,9 +114,11 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     cfg_.model.name, cfg_.model.layers, cfg_.model.d_model, cfg_.model.heads,
                     cfg_.model.ffn_dim(), cfg_.model.vocab, model_->padded_vocab(),
                     cfg_.model.context, static_cast<double>(parameter_count(cfg_.model)) / 1e6));
-  print(fmt::format("layout tp 1 x pp 1 x dp 1 on {} rank; {} {}; memory: params+grads {}, "
-                    "adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
-                    world_->size(), backend_.name(), to_string(cfg_.train.precision),
+  print(fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}; {} {}; memory per rank: "
+                    "params+grads {}, adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
+                    grid_.tp_size(), grid_.pp_size(), dp, world_->size(),
+                    grad_sync_ && grad_sync_->zero1() ? ", ZeRO-1" : "", backend_.name(),
+                    to_string(cfg_.train.precision),
                     human_bytes(static_cast<double>(ps.bytes())),
                     human_bytes(static_cast<double>(optimizer_->state_bytes())),
                     human_bytes(static_cast<double>(model_->activation_bytes())), peak_tflops_,
@@ -110,11 +141,18 @@ double Trainer::evaluate() {
   if (!valid_batches_) return NAN;
   valid_batches_->start_step(0);
   double sum = 0;
-  for (int64_t k = 0; k < cfg_.train.eval_batches; ++k) {
+  for (int64_t k = 0; k < cfg_.train.eval_batches / grid_.dp_size(); ++k) {
     valid_batches_->next(tokens_.data(), targets_.data());
     sum += model_->forward(tokens_.data(), targets_.data());
   }
+  sum = grid_.dp().all_reduce_scalar(sum, ReduceOp::sum);
   return sum / static_cast<double>(cfg_.train.eval_batches * cfg_.parallel.micro_batch * seq_);
+}
+
+void Trainer::collect_comm_bytes(StepMetrics& m) {
+  m.comm_bytes = {{"tp", grid_.tp().bytes_sent()}, {"dp", grid_.dp().bytes_sent()},
+                  {"pp", grid_.pp().bytes_sent()}};
+  if (grid_.embedding()) m.comm_bytes.emplace_back("embedding", grid_.embedding()->bytes_sent());
 }
 
 TrainSummary Trainer::run() {
@@ -134,9 +172,15 @@ TrainSummary Trainer::run() {
     const int64_t batch_tokens = batch * seq_;
     const double lr = lr_->at(consumed_tokens + batch_tokens);
     train_batches_->start_step(consumed_samples);
-    const StepResult r =
-        train_step(*model_, *optimizer_, *train_batches_, batch / cfg_.parallel.micro_batch,
-                   batch_tokens, lr, cfg_.train.grad_clip, tokens_.data(), targets_.data());
+    if (cfg_.log.comm) {
+      for (Comm* c : {&grid_.tp(), &grid_.dp(), &grid_.pp(), grid_.embedding()}) {
+        if (c) c->reset_bytes();
+      }
+    }
+    const int64_t micro_steps = batch / (cfg_.parallel.micro_batch * grid_.dp_size());
+    const StepResult r = train_step(*model_, *optimizer_, *train_batches_, micro_steps,
+                                    batch_tokens, lr, cfg_.train.grad_clip, tokens_.data(),
+                                    targets_.data(), groups_);
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
       throw UserError(fmt::format("step {}: loss is {} (grad norm {}); stopping before the "
                                   "update. Lower train.lr (now {}) or check the data",
@@ -166,6 +210,7 @@ TrainSummary Trainer::run() {
       m.val_loss = evaluate();
       summary.final_val_loss = m.val_loss;
     }
+    if (cfg_.log.comm) collect_comm_bytes(m);
     if (metrics_) metrics_->write(m);
     if (step % cfg_.log.every == 0 || step == steps || step == 1 || m.val_loss) {
       print(human_line(m));

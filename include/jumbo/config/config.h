@@ -40,6 +40,9 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t micro_batch = 1;   // sequences per microbatch per data-parallel rank
+  bool zero1 = false;        // distributed optimizer: each dp rank owns 1/dp of Adam and master
+  int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
+  double comm_timeout_s = 300;  // watchdog: a blocking communication longer than this fails
 };
 
 struct TrainConfig {
@@ -79,6 +82,7 @@ struct LogConfig {
   std::string metrics_file;   // JSON line per step; empty = none
   int64_t every = 1;          // human line every N steps on rank 0
   double peak_tflops = 0;     // per-device peak for MFU; 0 = measure this machine's fp32 peak
+  bool comm = false;          // count bytes sent per group per step (JSON fields comm_*_bytes)
 };
 
 struct RunConfig {

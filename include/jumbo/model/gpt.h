@@ -6,6 +6,7 @@
 // between kernels (Megatron's column/row-parallel layers and vocab-parallel embedding and
 // cross-entropy); with one rank those are no-ops.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -20,6 +21,7 @@ struct GptOptions {
   int64_t seq = 0;  // <= context
   DType compute_dtype = DType::f32;
   float layernorm_eps = 1e-5f;
+  int64_t flat_multiple = 1;  // pad the flat parameter buffers (data-parallel shards)
 };
 
 class GptModel {
@@ -37,6 +39,11 @@ class GptModel {
   // the global batch). Weight gradients accumulate into params().all_grads().
   void backward(float loss_scale);
   void zero_grads() { backend_.fill(params_.all_grads(), 0.0f); }
+  // Called during backward each time the gradients of every parameter at flat offset >= the
+  // argument are complete for this microbatch (parameters are laid out so that backward
+  // finishes them from the end of the flat buffer towards its start). Data parallelism uses
+  // it to start bucket reductions while the backward still runs.
+  void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
 
   size_t activation_bytes() const { return acts_arena_.used(); }
   Backend& backend() { return backend_; }
@@ -78,6 +85,7 @@ class GptModel {
   Arena acts_arena_;
   Activations a_;
   std::vector<float> host_losses_;
+  std::function<void(int64_t)> grads_ready_;
 };
 
 }  // namespace jumbo

@@ -30,8 +30,9 @@ class ParamStore {
  public:
   // Registers a parameter (before allocate); returns its index.
   int add(ParamInfo info);
-  // Allocates the flat buffers; compute dtype f32 aliases the master weights.
-  void allocate(Backend& backend, DType compute_dtype);
+  // Allocates the flat buffers, their length padded to a multiple of `multiple` (data-parallel
+  // shards divide it); compute dtype f32 aliases the master weights.
+  void allocate(Backend& backend, DType compute_dtype, int64_t multiple = 1);
   // Initialises every master weight from (seed, name, global index) and refreshes the copy.
   void initialize(Backend& backend, uint64_t seed);
   // Copies master weights into the compute copy (no-op in fp32).

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace jumbo {
 
@@ -23,6 +25,8 @@ struct StepMetrics {
   uint64_t mem_peak_bytes = 0; // peak resident memory of this process
   double eta_s = 0;            // estimated time left
   std::optional<double> val_loss;
+  // log.comm: bytes this rank handed to each group's operations during the step.
+  std::vector<std::pair<std::string, uint64_t>> comm_bytes;
 };
 
 class MetricsLog {

@@ -1,21 +1,34 @@
 #pragma once
-// AdamW over a ParamStore: f32 master weights, f32 first/second moments in one arena,
-// weight decay on matrices and embeddings only, the bf16 compute copy refreshed in the same pass.
+// AdamW over the ranges of the flat parameter buffer this rank updates: every parameter on
+// one rank or with plain data parallelism, its owned shards under ZeRO-1. f32 master weights
+// and moments; weight decay on matrices and embeddings only; the compute copy (bf16 in mixed
+// precision) is refreshed in the same pass.
 #include <cstdint>
+#include <vector>
 
 #include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/model/params.h"
+#include "jumbo/train/grad_sync.h"
 
 namespace jumbo {
 
+// Every parameter, local offset = flat offset (one rank, or data parallel without ZeRO).
+std::vector<OptimRange> all_param_ranges(const ParamStore& params);
+
 class AdamW {
  public:
+  AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
+        std::vector<OptimRange> ranges, int64_t state_elems);
+  // Every parameter of `params` (one rank).
   AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg);
-  // One update with learning rate `lr`; grads are multiplied by grad_scale (clipping) first.
-  void step(double lr, float grad_scale);
+  // One update; `grads` is indexed by OptimRange::local and scaled by grad_scale first.
+  void step(double lr, float grad_scale, Tensor grads);
+  void step(double lr, float grad_scale) { step(lr, grad_scale, params_.all_grads()); }
   int64_t steps_taken() const { return step_; }
   size_t state_bytes() const { return arena_.used(); }
+  const std::vector<OptimRange>& ranges() const { return ranges_; }
   Tensor exp_avg() const { return m_; }
   Tensor exp_avg_sq() const { return v_; }
 
@@ -23,12 +36,18 @@ class AdamW {
   ParamStore& params_;
   Backend& backend_;
   TrainConfig cfg_;
+  std::vector<OptimRange> ranges_;
   Arena arena_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };
 
-// Global L2 norm of the main grads of this rank (one rank: all of them).
+// Sum of squares of this rank's share of the gradient: its ranges, with parameters that are
+// replicated over tensor-parallel ranks counted on tp rank 0 only. Summed over the right
+// group (model-parallel, or world under ZeRO-1) it is the global norm squared.
+double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
+                         Tensor grads, Backend& backend, int tp_rank);
+// One rank: the global L2 norm of all main grads.
 double grad_norm(ParamStore& params, Backend& backend);
 
 }  // namespace jumbo

@@ -1,9 +1,12 @@
 #pragma once
 // One optimizer step: microbatches through forward and backward (gradient accumulation),
-// global grad norm, clipping, AdamW. Shared by the trainer and `jumbo bench train`.
+// data-parallel gradient reduction overlapped with the last backward, global grad norm,
+// clipping, AdamW, and (ZeRO-1) the weight all-gather. Shared by the trainer and
+// `jumbo bench train`.
 #include <cstdint>
 
 #include "jumbo/model/gpt.h"
+#include "jumbo/train/grad_sync.h"
 #include "jumbo/train/optimizer.h"
 
 namespace jumbo {
@@ -15,16 +18,24 @@ class MicrobatchSource {
   virtual void next(int32_t* tokens, int32_t* targets) = 0;
 };
 
+// Where a step's partial results are combined. Defaults: one rank.
+struct StepGroups {
+  GradSync* grad_sync = nullptr;  // data parallel: bucketed reduction of the main grads
+  Comm* loss_group = nullptr;     // sums the loss over data-parallel ranks
+  Comm* norm_group = nullptr;     // sums the grad norm's squares (model-parallel, or world)
+  int tp_rank = 0;
+};
+
 struct StepResult {
-  double loss = 0;       // mean per-token loss over the step's batch
+  double loss = 0;       // mean per-token loss over the step's global batch
   double grad_norm = 0;  // before clipping
   double clip_scale = 1;
 };
 
-// Runs `micro_steps` microbatches; `batch_tokens` is the tokens of the whole global batch (the
-// loss is their mean). Does not update when loss or norm is not finite (the caller stops).
+// Runs `micro_steps` microbatches on this rank; `batch_tokens` is the tokens of the whole
+// global batch (the loss is their mean). Does not update when loss or norm is not finite.
 StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int64_t micro_steps,
                       int64_t batch_tokens, double lr, double grad_clip, int32_t* tokens,
-                      int32_t* targets);
+                      int32_t* targets, const StepGroups& groups = {});
 
 }  // namespace jumbo

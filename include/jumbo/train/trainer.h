@@ -8,14 +8,17 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
 #include "jumbo/data/indexed_dataset.h"
 #include "jumbo/data/sampler.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/obs/metrics.h"
 #include "jumbo/train/batch.h"
+#include "jumbo/train/grad_sync.h"
 #include "jumbo/train/optimizer.h"
 #include "jumbo/train/schedule.h"
+#include "jumbo/train/step.h"
 
 namespace jumbo {
 
@@ -39,11 +42,15 @@ class Trainer {
 
  private:
   void print(const std::string& line) const;
+  void collect_comm_bytes(StepMetrics& m);
 
   RunConfig cfg_;
   Backend& backend_;
   std::shared_ptr<Comm> world_;
+  Grid grid_;
   int64_t seq_;
+  std::unique_ptr<GradSync> grad_sync_;
+  StepGroups groups_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<IndexedDataset> train_data_, valid_data_;
