@@ -31,6 +31,11 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
     throw std::logic_error(fmt::format("GptModel: seq {} outside (0, context {}]", opts_.seq,
                                        cfg_.context));
   }
+  if (opts_.num_layers < 0) opts_.num_layers = cfg_.layers - opts_.first_layer;
+  if (opts_.first_layer < 0 || opts_.first_layer + opts_.num_layers > cfg_.layers ||
+      opts_.slots < 1) {
+    throw std::logic_error("GptModel: stage layers or slots out of range");
+  }
   vocab_padded_ = cfg_.padded_vocab(tp_size_);
   vocab_local_ = vocab_padded_ / tp_size_;
   vocab_start_ = tp_rank_ * vocab_local_;
@@ -52,11 +57,19 @@ void GptModel::register_params() {
   // GPT-2/3: residual output projections scaled by 1/sqrt(2 x layers).
   const float resid_std = std / std::sqrt(2.0f * static_cast<float>(l));
   const auto N = InitKind::normal, ONE = InitKind::ones, ZERO = InitKind::zeros;
-  wte_ = params_.add(make_param("embedding.word", {vocab_padded_, c}, {vocab_start_, 0},
-                                {vocab_local_, c}, N, std, true, false));
-  wpe_ = params_.add(make_param("embedding.position", {cfg_.context, c}, {0, 0},
-                                {cfg_.context, c}, N, std, true, true));
-  for (int64_t i = 0; i < l; ++i) {
+  // The tied embedding comes first in the flat buffer on the first and the last stage: its
+  // gradient is final only after the embedding-group sum, so its bucket is reduced last.
+  if (opts_.has_embedding || opts_.has_head) {
+    ParamInfo wte = make_param("embedding.word", {vocab_padded_, c}, {vocab_start_, 0},
+                               {vocab_local_, c}, N, std, true, false);
+    wte.pipeline_copy = !opts_.has_embedding;
+    wte_ = params_.add(wte);
+  }
+  if (opts_.has_embedding) {
+    wpe_ = params_.add(make_param("embedding.position", {cfg_.context, c}, {0, 0},
+                                  {cfg_.context, c}, N, std, true, true));
+  }
+  for (int64_t i = opts_.first_layer; i < opts_.first_layer + opts_.num_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
     LayerParams lp{};
     lp.ln1_w = params_.add(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
@@ -81,8 +94,10 @@ void GptModel::register_params() {
     lp.fc2_b = params_.add(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
     layer_params_.push_back(lp);
   }
-  lnf_w_ = params_.add(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
-  lnf_b_ = params_.add(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+  if (opts_.has_head) {
+    lnf_w_ = params_.add(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    lnf_b_ = params_.add(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+  }
 }
 
 void GptModel::layout_activations(Arena& arena) {
@@ -90,48 +105,56 @@ void GptModel::layout_activations(Arena& arena) {
   const DType f32 = DType::f32;
   const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
   const int64_t c_local = c / tp_size_;
-  a_ = Activations{};
-  a_.tokens = arena.alloc(DType::i32, {n});
-  a_.targets = arena.alloc(DType::i32, {n});
-  a_.encoded = arena.alloc(t, {b, s, c});
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    LayerActs la;
-    la.ln1 = arena.alloc(t, {b, s, c});
-    la.ln1_mean = arena.alloc(f32, {n});
-    la.ln1_rstd = arena.alloc(f32, {n});
-    la.qkv = arena.alloc(t, {b, s, 3 * c_local});
-    la.atty = arena.alloc(t, {b, s, c_local});
-    la.probs = arena.alloc(f32, {b, heads_local_, s, s});
-    la.residual2 = arena.alloc(t, {b, s, c});
-    la.ln2 = arena.alloc(t, {b, s, c});
-    la.ln2_mean = arena.alloc(f32, {n});
-    la.ln2_rstd = arena.alloc(f32, {n});
-    la.fch = arena.alloc(t, {b, s, ffn_local_});
-    la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
-    la.residual3 = arena.alloc(t, {b, s, c});
-    a_.layers.push_back(la);
+  slots_.assign(opts_.slots, Slot{});
+  for (Slot& slot : slots_) {
+    slot.tokens = arena.alloc(DType::i32, {n});
+    slot.targets = arena.alloc(DType::i32, {n});
+    slot.encoded = arena.alloc(t, {b, s, c});
+    if (!opts_.has_embedding) slot.dinput = arena.alloc(t, {b, s, c});
+    for (int64_t l = 0; l < opts_.num_layers; ++l) {
+      LayerActs la;
+      la.ln1 = arena.alloc(t, {b, s, c});
+      la.ln1_mean = arena.alloc(f32, {n});
+      la.ln1_rstd = arena.alloc(f32, {n});
+      la.qkv = arena.alloc(t, {b, s, 3 * c_local});
+      la.atty = arena.alloc(t, {b, s, c_local});
+      la.probs = arena.alloc(f32, {b, heads_local_, s, s});
+      la.residual2 = arena.alloc(t, {b, s, c});
+      la.ln2 = arena.alloc(t, {b, s, c});
+      la.ln2_mean = arena.alloc(f32, {n});
+      la.ln2_rstd = arena.alloc(f32, {n});
+      la.fch = arena.alloc(t, {b, s, ffn_local_});
+      la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
+      la.residual3 = arena.alloc(t, {b, s, c});
+      slot.layers.push_back(la);
+    }
   }
-  a_.lnf = arena.alloc(t, {b, s, c});
-  a_.lnf_mean = arena.alloc(f32, {n});
-  a_.lnf_rstd = arena.alloc(f32, {n});
-  a_.logits = arena.alloc(t, {n, vocab_local_});
-  a_.ce_max = arena.alloc(f32, {n});
-  a_.ce_sumexp = arena.alloc(f32, {n});
-  a_.ce_target = arena.alloc(f32, {n});
-  a_.losses = arena.alloc(f32, {n});
-  a_.proj_out = arena.alloc(t, {b, s, c});
-  a_.dresidual = arena.alloc(t, {b, s, c});
-  a_.dln = arena.alloc(t, {b, s, c});
-  a_.datty = arena.alloc(t, {b, s, c_local});
-  a_.dqkv = arena.alloc(t, {b, s, 3 * c_local});
-  a_.dfch = arena.alloc(t, {b, s, ffn_local_});
-  a_.dfch_gelu = arena.alloc(t, {b, s, ffn_local_});
-  a_.dprobs = arena.alloc(f32, {b, heads_local_, s, s});
+  if (opts_.has_head) {
+    lnf_ = arena.alloc(t, {b, s, c});
+    lnf_mean_ = arena.alloc(f32, {n});
+    lnf_rstd_ = arena.alloc(f32, {n});
+    logits_ = arena.alloc(t, {n, vocab_local_});
+    ce_max_ = arena.alloc(f32, {n});
+    ce_sumexp_ = arena.alloc(f32, {n});
+    ce_target_ = arena.alloc(f32, {n});
+    losses_ = arena.alloc(f32, {n});
+  }
+  proj_out_ = arena.alloc(t, {b, s, c});
+  dresidual_ = arena.alloc(t, {b, s, c});
+  dln_ = arena.alloc(t, {b, s, c});
+  datty_ = arena.alloc(t, {b, s, c_local});
+  dqkv_ = arena.alloc(t, {b, s, 3 * c_local});
+  dfch_ = arena.alloc(t, {b, s, ffn_local_});
+  dfch_gelu_ = arena.alloc(t, {b, s, ffn_local_});
+  dprobs_ = arena.alloc(f32, {b, heads_local_, s, s});
 }
 
-void GptModel::block_forward(int64_t l, Tensor input) {
-  const LayerParams& p = layer_params_[l];
-  LayerActs& a = a_.layers[l];
+Tensor GptModel::output(int slot) {
+  Slot& s = slots_[slot];
+  return s.layers.empty() ? s.encoded : s.layers.back().residual3;
+}
+
+void GptModel::block_forward(LayerActs& a, const LayerParams& p, Tensor input) {
   auto W = [&](int i) { return params_.weight(i); };
   // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
   const bool bias_here = tp_rank_ == 0;
@@ -139,94 +162,109 @@ void GptModel::block_forward(int64_t l, Tensor input) {
                          opts_.layernorm_eps);
   backend_.linear_fwd(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b));
   backend_.attention_fwd(a.atty, a.probs, a.qkv);
-  backend_.linear_fwd(a_.proj_out, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
-  tp_.all_reduce(a_.proj_out, ReduceOp::sum);
-  backend_.add(a.residual2, input, a_.proj_out);
+  backend_.linear_fwd(proj_out_, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
+  tp_.all_reduce(proj_out_, ReduceOp::sum);
+  backend_.add(a.residual2, input, proj_out_);
   backend_.layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W(p.ln2_w), W(p.ln2_b),
                          opts_.layernorm_eps);
   backend_.linear_fwd(a.fch, a.ln2, W(p.fc1_w), W(p.fc1_b));
   backend_.gelu_fwd(a.fch_gelu, a.fch);
-  backend_.linear_fwd(a_.proj_out, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
-  tp_.all_reduce(a_.proj_out, ReduceOp::sum);
-  backend_.add(a.residual3, a.residual2, a_.proj_out);
+  backend_.linear_fwd(proj_out_, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
+  tp_.all_reduce(proj_out_, ReduceOp::sum);
+  backend_.add(a.residual3, a.residual2, proj_out_);
 }
 
-double GptModel::forward(const int32_t* tokens, const int32_t* targets) {
-  backend_.from_host(a_.tokens, tokens);
-  backend_.from_host(a_.targets, targets);
-  // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
-  backend_.token_embedding_fwd(a_.encoded, a_.tokens, params_.weight(wte_), vocab_start_);
-  tp_.all_reduce(a_.encoded, ReduceOp::sum);
-  backend_.position_embedding_fwd(a_.encoded, params_.weight(wpe_));
-  Tensor x = a_.encoded;
-  for (int64_t l = 0; l < cfg_.layers; ++l) {
-    block_forward(l, x);
-    x = a_.layers[l].residual3;
-  }
-  backend_.layernorm_fwd(a_.lnf, a_.lnf_mean, a_.lnf_rstd, x, params_.weight(lnf_w_),
+void GptModel::head_forward(Slot& s, Tensor x) {
+  backend_.layernorm_fwd(lnf_, lnf_mean_, lnf_rstd_, x, params_.weight(lnf_w_),
                          params_.weight(lnf_b_), opts_.layernorm_eps);
   const int64_t n = opts_.micro_batch * opts_.seq;
   // Tied head: logits for this rank's vocab slice only.
-  backend_.linear_fwd(a_.logits, a_.lnf.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
+  backend_.linear_fwd(logits_, lnf_.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
   // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
-  backend_.ce_local_max(a_.ce_max, a_.logits);
-  tp_.all_reduce(a_.ce_max, ReduceOp::max);
-  backend_.ce_local_sumexp(a_.ce_sumexp, a_.logits, a_.ce_max);
-  backend_.ce_target_logit(a_.ce_target, a_.logits, a_.targets, vocab_start_);
-  tp_.all_reduce(a_.ce_sumexp, ReduceOp::sum);
-  tp_.all_reduce(a_.ce_target, ReduceOp::sum);
-  backend_.ce_loss(a_.losses, a_.ce_max, a_.ce_sumexp, a_.ce_target);
-  backend_.to_host(host_losses_.data(), a_.losses);
+  backend_.ce_local_max(ce_max_, logits_);
+  tp_.all_reduce(ce_max_, ReduceOp::max);
+  backend_.ce_local_sumexp(ce_sumexp_, logits_, ce_max_);
+  backend_.ce_target_logit(ce_target_, logits_, s.targets, vocab_start_);
+  tp_.all_reduce(ce_sumexp_, ReduceOp::sum);
+  tp_.all_reduce(ce_target_, ReduceOp::sum);
+  backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_);
+}
+
+double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets) {
+  Slot& s = slots_[slot];
+  if (opts_.has_embedding) {
+    backend_.from_host(s.tokens, tokens);
+    // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
+    backend_.token_embedding_fwd(s.encoded, s.tokens, params_.weight(wte_), vocab_start_);
+    tp_.all_reduce(s.encoded, ReduceOp::sum);
+    backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_));
+  }
+  Tensor x = s.encoded;
+  for (size_t l = 0; l < layer_params_.size(); ++l) {
+    block_forward(s.layers[l], layer_params_[l], x);
+    x = s.layers[l].residual3;
+  }
+  if (!opts_.has_head) return 0;
+  backend_.from_host(s.targets, targets);
+  head_forward(s, x);
+  backend_.to_host(host_losses_.data(), losses_);
   double sum = 0;
   for (float v : host_losses_) sum += v;
   return sum;
 }
 
-void GptModel::block_backward(int64_t l, Tensor input) {
-  const LayerParams& p = layer_params_[l];
-  LayerActs& a = a_.layers[l];
+void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) {
   auto W = [&](int i) { return params_.weight(i); };
   auto G = [&](int i) { return params_.grad(i); };
-  Tensor dres = a_.dresidual;  // holds d(residual3) on entry, d(input) on exit
+  Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
-  backend_.linear_bwd(a_.dfch_gelu, G(p.fc2_w), G(p.fc2_b), dres, a.fch_gelu, W(p.fc2_w), false);
-  backend_.gelu_bwd(a_.dfch, a_.dfch_gelu, a.fch);
-  backend_.linear_bwd(a_.dln, G(p.fc1_w), G(p.fc1_b), a_.dfch, a.ln2, W(p.fc1_w), false);
-  tp_.all_reduce(a_.dln, ReduceOp::sum);  // column-parallel input gradient
-  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), a_.dln, a.residual2, W(p.ln2_w),
+  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres, a.fch_gelu, W(p.fc2_w), false);
+  backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
+  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2, W(p.fc1_w), false);
+  tp_.all_reduce(dln_, ReduceOp::sum);  // column-parallel input gradient
+  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_, a.residual2, W(p.ln2_w),
                          a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
-  backend_.linear_bwd(a_.datty, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), false);
-  backend_.attention_bwd(a_.dqkv, a_.dprobs, a_.datty, a.qkv, a.probs);
-  backend_.linear_bwd(a_.dln, G(p.qkv_w), G(p.qkv_b), a_.dqkv, a.ln1, W(p.qkv_w), false);
-  tp_.all_reduce(a_.dln, ReduceOp::sum);
-  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), a_.dln, input, W(p.ln1_w), a.ln1_mean,
+  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), false);
+  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.probs);
+  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1, W(p.qkv_w), false);
+  tp_.all_reduce(dln_, ReduceOp::sum);
+  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_, input, W(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd);
 }
 
-void GptModel::backward(float loss_scale) {
+void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
   const int64_t n = opts_.micro_batch * opts_.seq, c = cfg_.d_model;
   // dlogits overwrite the logits in place.
-  backend_.ce_bwd(a_.logits, a_.logits, a_.ce_max, a_.ce_sumexp, a_.targets, vocab_start_,
-                  loss_scale);
-  Tensor x_last = cfg_.layers > 0 ? a_.layers[cfg_.layers - 1].residual3 : a_.encoded;
-  backend_.linear_bwd(a_.dln.view({n, c}), params_.grad(wte_), Tensor{}, a_.logits,
-                      a_.lnf.view({n, c}), params_.weight(wte_), false);
-  tp_.all_reduce(a_.dln, ReduceOp::sum);  // the head is column-parallel over the vocabulary
-  backend_.fill(a_.dresidual, 0.0f);
-  backend_.layernorm_bwd(a_.dresidual, params_.grad(lnf_w_), params_.grad(lnf_b_), a_.dln, x_last,
-                         params_.weight(lnf_w_), a_.lnf_mean, a_.lnf_rstd);
+  backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
+  backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
+                      lnf_.view({n, c}), params_.weight(wte_), false);
+  tp_.all_reduce(dln_, ReduceOp::sum);  // the head is column-parallel over the vocabulary
+  backend_.fill(dresidual_, 0.0f);
+  backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_, x,
+                         params_.weight(lnf_w_), lnf_mean_, lnf_rstd_);
+}
+
+void GptModel::backward(int slot, float loss_scale) {
+  Slot& s = slots_[slot];
   auto ready = [&](int param) {
-    if (grads_ready_) grads_ready_(params_.info(param).flat_offset);
+    if (grads_ready_ && param >= 0) grads_ready_(params_.info(param).flat_offset);
   };
-  ready(lnf_w_);
-  for (int64_t l = cfg_.layers - 1; l >= 0; --l) {
-    block_backward(l, l > 0 ? a_.layers[l - 1].residual3 : a_.encoded);
+  if (opts_.has_head) {
+    head_backward(s, output(slot), loss_scale);
+    ready(lnf_w_);
+  }
+  for (int64_t l = static_cast<int64_t>(layer_params_.size()) - 1; l >= 0; --l) {
+    block_backward(s.layers[l], layer_params_[l], l > 0 ? s.layers[l - 1].residual3 : s.encoded);
     ready(layer_params_[l].ln1_w);  // the layer's first parameter
   }
-  backend_.position_embedding_bwd(params_.grad(wpe_), a_.dresidual);
-  backend_.token_embedding_bwd(params_.grad(wte_), a_.dresidual, a_.tokens, vocab_start_);
-  ready(wte_);
+  if (opts_.has_embedding) {
+    backend_.position_embedding_bwd(params_.grad(wpe_), dresidual_);
+    backend_.token_embedding_bwd(params_.grad(wte_), dresidual_, s.tokens, vocab_start_);
+    ready(wpe_);
+  } else {
+    backend_.copy(s.dinput, dresidual_);  // sent to the previous stage from here
+  }
 }
 
 }  // namespace jumbo

@@ -48,7 +48,8 @@ double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>
                          Tensor grads, Backend& backend, int tp_rank) {
   double sum = 0;
   for (const OptimRange& r : ranges) {
-    if (params.info(r.param).tp_replicated && tp_rank != 0) continue;
+    const ParamInfo& p = params.info(r.param);
+    if ((p.tp_replicated && tp_rank != 0) || p.pipeline_copy) continue;
     sum += backend.sum_squares(grads.rows(r.local, r.count));
   }
   return sum;

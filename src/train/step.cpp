@@ -1,8 +1,73 @@
 #include "jumbo/train/step.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 namespace jumbo {
+namespace {
+
+// Gradient accumulation on one pipeline stage (or no pipeline): forward then backward.
+double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro_steps,
+                        float loss_scale, int32_t* tokens, int32_t* targets,
+                        const StepGroups& g) {
+  double loss_sum = 0;
+  for (int64_t k = 0; k < micro_steps; ++k) {
+    source.next(tokens, targets);
+    loss_sum += model.forward(0, tokens, targets);
+    if (g.grad_sync && k == micro_steps - 1) {
+      model.set_grads_ready_hook([&](int64_t flat) { g.grad_sync->grads_ready_from(flat); });
+    }
+    model.backward(0, loss_scale);
+  }
+  return loss_sum;
+}
+
+// One stage of a pipeline: the schedule's ops in order, activations and their gradients over
+// non-blocking point-to-point. Receives are waited at once; sends are waited only before
+// their buffer is reused, which keeps every wait behind its matching receive in the
+// schedule's dependency order (no cycle, so no deadlock).
+double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale, int32_t* tokens,
+                    int32_t* targets, const StepGroups& g) {
+  Comm& pp = *g.pp;
+  const int stage = pp.rank(), stages = pp.size();
+  const bool first = stage == 0, last = stage == stages - 1;
+  const int slots = static_cast<int>(model.options().slots);
+  std::vector<CommRequest> fwd_sent(slots), bwd_sent(slots);
+  const std::vector<PipeOp>& ops = *g.schedule;
+  int backwards_left = 0;
+  for (const PipeOp& op : ops) backwards_left += op.kind == PipeOp::backward;
+  double loss_sum = 0;
+  for (const PipeOp& op : ops) {
+    const int slot = op.microbatch % slots;
+    if (op.kind == PipeOp::forward) {
+      if (first || last) source.next(tokens, targets);
+      if (!first) {
+        CommRequest r = pp.irecv(model.input(slot), stage - 1, 2 * op.microbatch);
+        pp.wait(r);
+      }
+      loss_sum += model.forward(slot, tokens, targets);
+      if (!last) fwd_sent[slot] = pp.isend(model.output(slot), stage + 1, 2 * op.microbatch);
+    } else {
+      if (!last) {
+        CommRequest r = pp.irecv(model.grad_output(), stage + 1, 2 * op.microbatch + 1);
+        pp.wait(r);
+      }
+      if (!first) pp.wait(bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
+      if (g.grad_sync && --backwards_left == 0) {
+        model.set_grads_ready_hook([&](int64_t flat) { g.grad_sync->grads_ready_from(flat); });
+      }
+      model.backward(slot, loss_scale);
+      pp.wait(fwd_sent[slot]);
+      if (!first) bwd_sent[slot] = pp.isend(model.grad_input(slot), stage - 1, 2 * op.microbatch + 1);
+    }
+  }
+  for (CommRequest& r : bwd_sent) pp.wait(r);
+  for (CommRequest& r : fwd_sent) pp.wait(r);
+  return loss_sum;
+}
+
+}  // namespace
 
 StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int64_t micro_steps,
                       int64_t batch_tokens, double lr, double grad_clip, int32_t* tokens,
@@ -11,18 +76,19 @@ StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int
   model.zero_grads();
   if (g.grad_sync) g.grad_sync->start_step();
   const float loss_scale = 1.0f / static_cast<float>(batch_tokens);
-  double loss_sum = 0;
-  for (int64_t k = 0; k < micro_steps; ++k) {
-    source.next(tokens, targets);
-    loss_sum += model.forward(tokens, targets);
-    if (g.grad_sync && k == micro_steps - 1) {
-      model.set_grads_ready_hook([&](int64_t flat) { g.grad_sync->grads_ready_from(flat); });
-    }
-    model.backward(loss_scale);
-  }
+  double loss_sum = g.pp && g.pp->size() > 1
+                        ? run_pipeline(model, source, loss_scale, tokens, targets, g)
+                        : run_microbatches(model, source, micro_steps, loss_scale, tokens,
+                                           targets, g);
   model.set_grads_ready_hook(nullptr);
+  // The two copies of the tied embedding (first and last stage) get the sum of both
+  // gradients, before the data-parallel reduction of the bucket that holds them.
+  if (g.embedding && g.embedding->size() > 1) {
+    g.embedding->all_reduce(model.embedding_grad(), ReduceOp::sum);
+  }
   if (g.grad_sync) g.grad_sync->finish();
   if (g.loss_group) loss_sum = g.loss_group->all_reduce_scalar(loss_sum, ReduceOp::sum);
+  if (g.pp) loss_sum = g.pp->all_reduce_scalar(loss_sum, ReduceOp::sum);  // only the last stage has it
   r.loss = loss_sum / static_cast<double>(batch_tokens);
 
   Tensor grads = g.grad_sync ? g.grad_sync->optimizer_grads() : model.params().all_grads();

@@ -11,6 +11,7 @@
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
 #include "jumbo/obs/peak.h"
+#include "jumbo/train/stages.h"
 
 namespace jumbo {
 namespace {
@@ -33,11 +34,6 @@ namespace {
 // Validates before the grid is built, so a layout that does not fit fails with one line.
 const RunConfig& validated(const RunConfig& cfg, int world_size) {
   validate(cfg, world_size);
-  if (cfg.parallel.pp != 1) {
-    throw UserError(fmt::format("{}: parallel.pp = {}: pipeline parallelism is not available in "
-                                "this build yet (tensor and data parallelism are)",
-                                cfg.source, cfg.parallel.pp));
-  }
   const int64_t dp = world_size / (cfg.parallel.tp * cfg.parallel.pp);
   if (cfg.train.eval_every > 0 && cfg.train.eval_batches % dp != 0) {
     throw UserError(fmt::format("{}: train.eval_batches = {} is not a multiple of the "
@@ -81,6 +77,16 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   GptOptions opts;
   opts.micro_batch = mb;
   opts.seq = seq_;
+  const int pp = grid_.pp_size(), stage = grid_.pp_rank();
+  stage_layers_ = balance_stage_layers(cfg_.model, pp);
+  for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
+  opts.num_layers = stage_layers_[stage];
+  opts.has_embedding = grid_.first_stage();
+  opts.has_head = grid_.last_stage();
+  // Activation sets: the most microbatches this stage holds at once in 1F1B, over the
+  // largest number of microbatches a step can have (the batch ramp only shrinks it).
+  const int max_micro = static_cast<int>(cfg_.train.global_batch / (mb * dp));
+  opts.slots = pp > 1 ? max_in_flight(pipeline_schedule(pp, stage, max_micro, 1)) : 1;
   opts.compute_dtype = compute_dtype(cfg_.train.precision);
   opts.flat_multiple = dp;
   model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, grid_.tp());
@@ -97,6 +103,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   groups_.loss_group = &grid_.dp();
   groups_.norm_group = grad_sync_ && grad_sync_->zero1() ? &grid_.world() : &grid_.model_parallel();
   groups_.tp_rank = grid_.tp_rank();
+  groups_.embedding = grid_.embedding();
+  groups_.pp = pp > 1 ? &grid_.pp() : nullptr;
   tokens_.resize(mb * seq_);
   targets_.resize(mb * seq_);
 
@@ -123,6 +131,15 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     human_bytes(static_cast<double>(optimizer_->state_bytes())),
                     human_bytes(static_cast<double>(model_->activation_bytes())), peak_tflops_,
                     cfg_.log.peak_tflops > 0 ? "log.peak_tflops" : "measured fp32"));
+  if (pp > 1) {
+    std::string split;
+    for (int64_t n : stage_layers_) split += fmt::format("{}{}", split.empty() ? "" : " ", n);
+    print(fmt::format("pipeline: {} stages, layers per stage {} (embedding and head counted "
+                      "as {:.2f} layers), 1F1B, {} microbatches per step",
+                      pp, split,
+                      static_cast<double>(cfg_.model.padded_vocab()) / (12.0 * cfg_.model.d_model),
+                      max_micro));
+  }
   print(fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", cfg_.data.train,
                     train_data_->num_tokens(), train_sampler_->samples_per_epoch(), seq_ + 1,
                     cfg_.data.tokenizer));
@@ -141,11 +158,23 @@ double Trainer::evaluate() {
   if (!valid_batches_) return NAN;
   valid_batches_->start_step(0);
   double sum = 0;
+  Comm& pp = grid_.pp();
+  const int stage = grid_.pp_rank();
   for (int64_t k = 0; k < cfg_.train.eval_batches / grid_.dp_size(); ++k) {
     valid_batches_->next(tokens_.data(), targets_.data());
-    sum += model_->forward(tokens_.data(), targets_.data());
+    // Forward only: activations flow one way, so plain waits cannot deadlock.
+    if (!grid_.first_stage()) {
+      CommRequest r = pp.irecv(model_->input(0), stage - 1, 0);
+      pp.wait(r);
+    }
+    sum += model_->forward(0, tokens_.data(), targets_.data());
+    if (!grid_.last_stage()) {
+      CommRequest r = pp.isend(model_->output(0), stage + 1, 0);
+      pp.wait(r);
+    }
   }
   sum = grid_.dp().all_reduce_scalar(sum, ReduceOp::sum);
+  sum = pp.all_reduce_scalar(sum, ReduceOp::sum);
   return sum / static_cast<double>(cfg_.train.eval_batches * cfg_.parallel.micro_batch * seq_);
 }
 
@@ -178,6 +207,10 @@ TrainSummary Trainer::run() {
       }
     }
     const int64_t micro_steps = batch / (cfg_.parallel.micro_batch * grid_.dp_size());
+    if (groups_.pp) {
+      schedule_ = pipeline_schedule(grid_.pp_size(), grid_.pp_rank(), static_cast<int>(micro_steps), 1);
+      groups_.schedule = &schedule_;
+    }
     const StepResult r = train_step(*model_, *optimizer_, *train_batches_, micro_steps,
                                     batch_tokens, lr, cfg_.train.grad_clip, tokens_.data(),
                                     targets_.data(), groups_);

@@ -2,7 +2,31 @@
 // rank 0 prints; a failure on any rank makes that rank (and so mpirun) exit non-zero.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "jumbo/comm/comm.h"
+
+namespace {
+// Other ranks print only their failures, prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  // The name is taken here: asking gtest for it inside OnTestPartResult would deadlock.
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: %s\n", rank_, test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   jumbo::mpi_init(&argc, &argv);
@@ -10,6 +34,7 @@ int main(int argc, char** argv) {
   if (jumbo::mpi_world()->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(jumbo::mpi_world()->rank()));
   }
   const int result = RUN_ALL_TESTS();
   // Every rank learns whether any failed, so mpirun's status is the same everywhere.

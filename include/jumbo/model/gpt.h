@@ -2,6 +2,11 @@
 // GPT (GPT-3 architecture): learned absolute positions, pre-LayerNorm blocks with causal
 // multi-head attention and a 4x tanh-GELU MLP, final LayerNorm, output head tied to the token
 // embedding. Forward and backward are written out kernel by kernel (llm.c style).
+//
+// A GptModel is one pipeline stage: a contiguous range of layers, plus the embedding on the
+// first stage and the final norm and head on the last (which keeps its own copy of the tied
+// embedding; the trainer sums the two copies' gradients). It holds `slots` sets of forward
+// activations, one per microbatch in flight in the pipeline schedule.
 // The model sees only Backend& and Comm&: tensor parallelism adds all-reduces over `tp`
 // between kernels (Megatron's column/row-parallel layers and vocab-parallel embedding and
 // cross-entropy); with one rank those are no-ops.
@@ -22,6 +27,12 @@ struct GptOptions {
   DType compute_dtype = DType::f32;
   float layernorm_eps = 1e-5f;
   int64_t flat_multiple = 1;  // pad the flat parameter buffers (data-parallel shards)
+  // Pipeline stage: layers [first_layer, first_layer + num_layers); -1 = all.
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;
+  bool has_embedding = true;  // first stage
+  bool has_head = true;       // last stage
+  int64_t slots = 1;          // microbatches in flight (activation sets)
 };
 
 class GptModel {
@@ -32,18 +43,31 @@ class GptModel {
   const ParamStore& params() const { return params_; }
   void initialize(uint64_t seed) { params_.initialize(backend_, seed); }
 
-  // One microbatch: tokens and targets are host arrays of micro_batch * seq ids.
-  // Returns the sum of the per-token losses (nats).
-  double forward(const int32_t* tokens, const int32_t* targets);
-  // Backward of the last forward; every token's loss is weighted by loss_scale (1 / tokens of
-  // the global batch). Weight gradients accumulate into params().all_grads().
-  void backward(float loss_scale);
+  // One microbatch through this stage, into activation set `slot`. tokens (first stage) and
+  // targets (last stage) are host arrays of micro_batch * seq ids; other stages read their
+  // input from input(slot). Returns the sum of per-token losses on the last stage, else 0.
+  double forward(int slot, const int32_t* tokens, const int32_t* targets);
+  // Backward of slot's microbatch. The last stage weights each token's loss by loss_scale;
+  // other stages read d(output) from grad_output(). Leaves d(input) in grad_input(slot) on
+  // stages without the embedding. Weight gradients accumulate into params().all_grads().
+  void backward(int slot, float loss_scale);
+  // One-stage convenience: slot 0.
+  double forward(const int32_t* tokens, const int32_t* targets) { return forward(0, tokens, targets); }
+  void backward(float loss_scale) { backward(0, loss_scale); }
+
+  Tensor input(int slot) { return slots_[slot].encoded; }         // [B, S, C]
+  Tensor output(int slot);                                        // [B, S, C]
+  Tensor grad_output() { return dresidual_; }                     // [B, S, C]
+  Tensor grad_input(int slot) { return slots_[slot].dinput; }     // [B, S, C]
+
   void zero_grads() { backend_.fill(params_.all_grads(), 0.0f); }
   // Called during backward each time the gradients of every parameter at flat offset >= the
-  // argument are complete for this microbatch (parameters are laid out so that backward
-  // finishes them from the end of the flat buffer towards its start). Data parallelism uses
-  // it to start bucket reductions while the backward still runs.
+  // argument are complete for this microbatch (backward finishes them from the end of the
+  // flat buffer towards its start). Data parallelism starts bucket reductions from it. The
+  // tied embedding (offset 0) is never reported: it still needs the embedding-group sum.
   void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
+  // The tied embedding's gradient (first and last stage), or an empty tensor.
+  Tensor embedding_grad() { return wte_ >= 0 ? params_.grad(wte_) : Tensor{}; }
 
   size_t activation_bytes() const { return acts_arena_.used(); }
   Backend& backend() { return backend_; }
@@ -58,19 +82,18 @@ class GptModel {
     Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu, residual3;
   };
-  struct Activations {
-    Tensor tokens, targets, encoded;
+  // Forward state of one microbatch in flight.
+  struct Slot {
+    Tensor tokens, targets, encoded, dinput;
     std::vector<LayerActs> layers;
-    Tensor lnf, lnf_mean, lnf_rstd, logits, ce_max, ce_sumexp, ce_target, losses;
-    Tensor proj_out;  // row-parallel outputs before the residual add
-    // backward
-    Tensor dresidual, dln, datty, dqkv, dfch, dfch_gelu, dprobs;
   };
 
   void register_params();
   void layout_activations(Arena& arena);
-  void block_forward(int64_t l, Tensor input);
-  void block_backward(int64_t l, Tensor input);
+  void block_forward(LayerActs& a, const LayerParams& p, Tensor input);
+  void block_backward(LayerActs& a, const LayerParams& p, Tensor input);
+  void head_forward(Slot& s, Tensor x);
+  void head_backward(Slot& s, Tensor x, float loss_scale);
 
   ModelConfig cfg_;
   GptOptions opts_;
@@ -81,9 +104,14 @@ class GptModel {
   int64_t heads_local_, ffn_local_;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
-  std::vector<LayerParams> layer_params_;
+  std::vector<LayerParams> layer_params_;  // this stage's layers
   Arena acts_arena_;
-  Activations a_;
+  std::vector<Slot> slots_;
+  // The head runs forward and backward of one microbatch back to back (the last stage has
+  // one microbatch in flight), so its buffers are not per slot.
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, ce_max_, ce_sumexp_, ce_target_, losses_;
+  // Backward scratch, shared by all slots.
+  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dprobs_;
   std::vector<float> host_losses_;
   std::function<void(int64_t)> grads_ready_;
 };

@@ -22,6 +22,7 @@ struct ParamInfo {
   float init_std = 0.02f;
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
   bool tp_replicated = true;  // same values on every tp rank (counted once in the grad norm)
+  bool pipeline_copy = false; // the last stage's copy of the tied embedding (not in the norm)
   int64_t flat_offset = 0;    // element offset in the flat buffers
   int64_t numel() const { return slice.numel(); }
 };

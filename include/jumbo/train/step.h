@@ -8,6 +8,7 @@
 #include "jumbo/model/gpt.h"
 #include "jumbo/train/grad_sync.h"
 #include "jumbo/train/optimizer.h"
+#include "jumbo/train/pipeline_schedule.h"
 
 namespace jumbo {
 
@@ -23,6 +24,9 @@ struct StepGroups {
   GradSync* grad_sync = nullptr;  // data parallel: bucketed reduction of the main grads
   Comm* loss_group = nullptr;     // sums the loss over data-parallel ranks
   Comm* norm_group = nullptr;     // sums the grad norm's squares (model-parallel, or world)
+  Comm* embedding = nullptr;      // first + last stage: sums the tied embedding's gradient
+  Comm* pp = nullptr;             // pipeline: this rank's stage neighbours (rank = stage)
+  const std::vector<PipeOp>* schedule = nullptr;  // pipeline: this stage's ops for the step
   int tp_rank = 0;
 };
 

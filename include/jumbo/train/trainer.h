@@ -51,6 +51,8 @@ class Trainer {
   int64_t seq_;
   std::unique_ptr<GradSync> grad_sync_;
   StepGroups groups_;
+  std::vector<int64_t> stage_layers_;
+  std::vector<PipeOp> schedule_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<IndexedDataset> train_data_, valid_data_;
