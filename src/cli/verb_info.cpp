@@ -49,7 +49,9 @@ void add_info_verb(CLI::App& app, VerbRunner& run) {
         validate_model(m, args->model);
         print_model_info(m);
       } else if (!args->config.empty()) {
-        print_model_info(load_run_config(args->config, args->overrides).model);
+        const RunConfig cfg = load_run_config(args->config, args->overrides);
+        print_model_info(cfg.model);
+        fmt::print("\nresolved run config:\n{}", describe(cfg));
       } else {
         throw UserError("jumbo info: give --model FILE or --config FILE");
       }
