@@ -1,10 +1,18 @@
 // jumbo <verb>: thin. Parse arguments, call the library, turn user mistakes into one line.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "verbs.h"
+
+namespace {
+// Under mpirun the failing rank names itself; one rank says nothing extra.
+std::string rank_prefix(int world_size) {
+  return world_size > 1 ? "rank " + std::to_string(jumbo::mpi_world()->rank()) + ": " : "";
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   // MPI from the start: one rank is world size 1, and every verb runs under mpirun too.
@@ -24,10 +32,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     code = app.exit(e);
   } catch (const jumbo::UserError& e) {
-    std::fprintf(stderr, "jumbo: error: %s\n", e.what());
+    std::fprintf(stderr, "jumbo: %serror: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "jumbo: internal error: %s\n", e.what());
+    std::fprintf(stderr, "jumbo: %sinternal error: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 3;
   }
   if (code != 0 && world_size > 1) {

@@ -9,6 +9,7 @@
 
 #include "jumbo/backend/bf16.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/comm/watchdog.h"
 
 namespace jumbo {
 namespace {
@@ -81,6 +82,7 @@ class MpiComm final : public Comm {
   const std::string& name() const override { return name_; }
 
   void all_reduce(Tensor t, ReduceOp op) override {
+    const BlockingOp watch("all_reduce", name_);
     bytes_sent_ += t.bytes();
     if (size_ == 1) return;
     MPI_Allreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
@@ -95,6 +97,7 @@ class MpiComm final : public Comm {
     return {slot_of(r)};
   }
   void reduce_scatter(Tensor in, Tensor out) override {
+    const BlockingOp watch("reduce_scatter", name_);
     check_blocks(in, out, "reduce_scatter");
     bytes_sent_ += in.bytes();
     if (size_ == 1) return copy_if_distinct(out, in);
@@ -114,6 +117,7 @@ class MpiComm final : public Comm {
     return {slot_of(r)};
   }
   void all_gather(Tensor in, Tensor out) override {
+    const BlockingOp watch("all_gather", name_);
     check_blocks(out, in, "all_gather");
     bytes_sent_ += in.bytes();
     if (size_ == 1) return copy_if_distinct(out, in);
@@ -122,6 +126,7 @@ class MpiComm final : public Comm {
                   count_of(in), mpi_type(in.dtype), comm_);
   }
   void broadcast(Tensor t, int root) override {
+    const BlockingOp watch("broadcast", name_);
     if (rank_ == root) bytes_sent_ += t.bytes();
     if (size_ == 1) return;
     MPI_Bcast(t.data, count_of(t), mpi_type(t.dtype), root, comm_);
@@ -138,13 +143,16 @@ class MpiComm final : public Comm {
     return {slot_of(r)};
   }
   void wait(CommRequest& req) override {
+    const BlockingOp watch("wait for a send, receive or non-blocking collective", name_);
     if (!req.pending()) return;
     MPI_Wait(&requests_[req.slot], MPI_STATUS_IGNORE);
     free_.push_back(req.slot);
     req.slot = -1;
   }
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    const BlockingOp watch("barrier", name_); MPI_Barrier(comm_); }
   double all_reduce_scalar(double value, ReduceOp op) override {
+    const BlockingOp watch("all_reduce", name_);
     if (size_ == 1) return value;
     double out = 0;
     MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_);

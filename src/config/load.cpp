@@ -62,7 +62,7 @@ const std::vector<Section>& schema() {
       {"parallel",
        {JUMBO_FIELD(parallel, tp), JUMBO_FIELD(parallel, pp),
         JUMBO_FIELD(parallel, micro_batch), JUMBO_FIELD(parallel, zero1),
-        JUMBO_FIELD(parallel, bucket_size)}},
+        JUMBO_FIELD(parallel, bucket_size), JUMBO_FIELD(parallel, comm_timeout_s)}},
       {"train",
        {JUMBO_FIELD(train, steps), JUMBO_FIELD(train, global_batch), JUMBO_FIELD(train, lr),
         JUMBO_FIELD(train, min_lr), JUMBO_FIELD(train, warmup_tokens),

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "jumbo/comm/watchdog.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
@@ -51,6 +52,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       grid_(world, static_cast<int>(cfg.parallel.tp), static_cast<int>(cfg.parallel.pp)),
       seq_(cfg.model.context) {
   const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
+  if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
 
   // Data first: a mismatch should fail before gigabytes are allocated.

@@ -1,0 +1,23 @@
+#pragma once
+// Watchdog on blocking communication: once started, any blocking operation of this process
+// that waits longer than the timeout ends the whole job with a line naming the rank, the
+// group and the operation (a peer died or hangs; without it the job would hang for ever).
+#include <string>
+
+namespace jumbo {
+
+void start_comm_watchdog(double timeout_s);
+
+// Marks a blocking operation for the watchdog for the lifetime of the object.
+class BlockingOp {
+ public:
+  BlockingOp(const char* op, const std::string& group);
+  ~BlockingOp();
+  BlockingOp(const BlockingOp&) = delete;
+  BlockingOp& operator=(const BlockingOp&) = delete;
+
+ private:
+  bool armed_ = false;
+};
+
+}  // namespace jumbo

@@ -1,0 +1,77 @@
+// Watchdog on blocking communication. A rank that dies is noticed by the launcher, which ends
+// the job; a rank that hangs (or a network that stops delivering) is not, and its peers would
+// wait for ever inside MPI. This thread notices a blocking operation that has waited longer
+// than parallel.comm_timeout_s, says which operation on which group of which rank, and
+// aborts the whole job.
+#include "jumbo/comm/watchdog.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+namespace jumbo {
+namespace {
+
+struct WatchState {
+  std::atomic<int64_t> started_ns{0};  // 0: no blocking operation in progress
+  std::atomic<const char*> op{nullptr};
+  std::atomic<const char*> group{nullptr};
+  std::atomic<double> timeout_s{0};
+  std::atomic<bool> running{false};
+};
+
+WatchState& state() {
+  static WatchState s;
+  return s;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void watch() {
+  WatchState& s = state();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const int64_t start = s.started_ns.load();
+    if (start == 0) continue;
+    const double waited = static_cast<double>(now_ns() - start) * 1e-9;
+    if (waited < s.timeout_s.load()) continue;
+    std::fprintf(stderr,
+                 "jumbo: rank %d: %s on the %s group has waited %.0f s (parallel.comm_timeout_s "
+                 "= %g): a peer rank failed or hangs; aborting the job\n",
+                 rank, s.op.load(), s.group.load(), waited, s.timeout_s.load());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
+}
+
+}  // namespace
+
+void start_comm_watchdog(double timeout_s) {
+  WatchState& s = state();
+  s.timeout_s = timeout_s;
+  if (!s.running.exchange(true)) std::thread(watch).detach();
+}
+
+BlockingOp::BlockingOp(const char* op, const std::string& group) {
+  WatchState& s = state();
+  if (!s.running.load()) return;
+  s.op = op;
+  s.group = group.c_str();
+  s.started_ns = now_ns();
+  armed_ = true;
+}
+
+BlockingOp::~BlockingOp() {
+  if (armed_) state().started_ns = 0;
+}
+
+}  // namespace jumbo
