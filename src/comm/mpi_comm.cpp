@@ -83,13 +83,13 @@ class MpiComm final : public Comm {
 
   void all_reduce(Tensor t, ReduceOp op) override {
     const BlockingOp watch("all_reduce", name_);
-    bytes_sent_ += t.bytes();
+    count(t);
     if (size_ == 1) return;
     MPI_Allreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
                   comm_);
   }
   CommRequest iall_reduce(Tensor t, ReduceOp op) override {
-    bytes_sent_ += t.bytes();
+    count(t);
     if (size_ == 1) return {};
     MPI_Request* r = new_request();
     MPI_Iallreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
@@ -99,14 +99,14 @@ class MpiComm final : public Comm {
   void reduce_scatter(Tensor in, Tensor out) override {
     const BlockingOp watch("reduce_scatter", name_);
     check_blocks(in, out, "reduce_scatter");
-    bytes_sent_ += in.bytes();
+    count(in);
     if (size_ == 1) return copy_if_distinct(out, in);
     MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
                              mpi_op(in.dtype, ReduceOp::sum), comm_);
   }
   CommRequest ireduce_scatter(Tensor in, Tensor out) override {
     check_blocks(in, out, "reduce_scatter");
-    bytes_sent_ += in.bytes();
+    count(in);
     if (size_ == 1) {
       copy_if_distinct(out, in);
       return {};
@@ -119,7 +119,7 @@ class MpiComm final : public Comm {
   void all_gather(Tensor in, Tensor out) override {
     const BlockingOp watch("all_gather", name_);
     check_blocks(out, in, "all_gather");
-    bytes_sent_ += in.bytes();
+    count(in);
     if (size_ == 1) return copy_if_distinct(out, in);
     const bool in_place = static_cast<char*>(out.data) + rank_ * in.bytes() == in.data;
     MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, count_of(in), mpi_type(in.dtype), out.data,
@@ -127,12 +127,12 @@ class MpiComm final : public Comm {
   }
   void broadcast(Tensor t, int root) override {
     const BlockingOp watch("broadcast", name_);
-    if (rank_ == root) bytes_sent_ += t.bytes();
+    if (rank_ == root && size_ > 1) bytes_sent_ += t.bytes();
     if (size_ == 1) return;
     MPI_Bcast(t.data, count_of(t), mpi_type(t.dtype), root, comm_);
   }
   CommRequest isend(Tensor t, int peer, int tag) override {
-    bytes_sent_ += t.bytes();
+    count(t);
     MPI_Request* r = new_request();
     MPI_Isend(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
     return {slot_of(r)};
@@ -179,6 +179,10 @@ class MpiComm final : public Comm {
     const int s = free_.back();
     free_.pop_back();
     return &requests_[s];
+  }
+  // Bytes handed to the network: nothing for a group of one.
+  void count(const Tensor& t) {
+    if (size_ > 1) bytes_sent_ += t.bytes();
   }
   int slot_of(MPI_Request* r) const { return static_cast<int>(r - requests_.data()); }
   void check_blocks(const Tensor& whole, const Tensor& block, const char* what) const {

@@ -4,7 +4,7 @@
 //
 // Byte accounting: every call adds the payload this rank hands to the operation (the
 // tensor's bytes; for reduce_scatter the input, for all_gather the local part, for send the
-// message) to bytes_sent(). It counts what the algorithm asks of the network, not the wire
+// message) to bytes_sent(); a group of one sends nothing. It counts what the algorithm asks of the network, not the wire
 // bytes of a particular MPI algorithm (a ring all-reduce moves 2(n-1)/n of it per rank).
 #include <cstddef>
 #include <cstdint>

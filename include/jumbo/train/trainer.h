@@ -39,6 +39,7 @@ class Trainer {
   // Mean per-token loss over eval_batches microbatches of the validation set.
   double evaluate();
   GptModel& model() { return *model_; }
+  Grid& grid() { return grid_; }
 
  private:
   void print(const std::string& line) const;

@@ -78,7 +78,7 @@ TEST(Collectives, NonBlockingAllReduceAndBytesSent) {
   CommRequest q = w->iall_reduce(Tensor(v.data(), DType::f32, {1000}), ReduceOp::sum);
   w->wait(q);
   EXPECT_EQ(v[999], float(w->size()));
-  EXPECT_EQ(w->bytes_sent(), 4000u);
+  EXPECT_EQ(w->bytes_sent(), w->size() > 1 ? 4000u : 0u) << "a group of one sends nothing";
 }
 
 TEST(Grid, CoordinatesAndGroupsFollowTpThenDpThenPp) {
