@@ -71,6 +71,9 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
   c.at_least("parallel.pp", p.pp, 1);
   c.at_least("parallel.micro_batch", p.micro_batch, 1);
   c.at_least("parallel.bucket_size", p.bucket_size, 1);
+  c.require(p.recompute == "none" || p.recompute == "selective" || p.recompute == "full",
+            "parallel.recompute = \"{}\": expected \"none\", \"selective\" or \"full\"",
+            p.recompute);
   c.require(p.comm_timeout_s > 0 && std::isfinite(p.comm_timeout_s),
             "parallel.comm_timeout_s = {}: expected a positive number of seconds",
             p.comm_timeout_s);

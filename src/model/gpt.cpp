@@ -105,6 +105,30 @@ void GptModel::layout_activations(Arena& arena) {
   const DType f32 = DType::f32;
   const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
   const int64_t c_local = c / tp_size_;
+  // One full set of layer tensors: the shared set under recomputation, else the per-slot ones.
+  auto alloc_layer = [&](LayerActs& la, bool core_attention) {
+    la.ln1 = arena.alloc(t, {b, s, c});
+    la.ln1_mean = arena.alloc(f32, {n});
+    la.ln1_rstd = arena.alloc(f32, {n});
+    la.qkv = arena.alloc(t, {b, s, 3 * c_local});
+    if (core_attention) {
+      la.atty = arena.alloc(t, {b, s, c_local});
+      la.probs = arena.alloc(f32, {b, heads_local_, s, s});
+    }
+    la.residual2 = arena.alloc(t, {b, s, c});
+    la.ln2 = arena.alloc(t, {b, s, c});
+    la.ln2_mean = arena.alloc(f32, {n});
+    la.ln2_rstd = arena.alloc(f32, {n});
+    la.fch = arena.alloc(t, {b, s, ffn_local_});
+    la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
+    la.residual3 = arena.alloc(t, {b, s, c});
+  };
+  recomputed_ = LayerActs{};
+  if (opts_.num_layers > 0 && opts_.recompute == Recompute::full) alloc_layer(recomputed_, true);
+  if (opts_.num_layers > 0 && opts_.recompute == Recompute::selective) {
+    recomputed_.atty = arena.alloc(t, {b, s, c_local});
+    recomputed_.probs = arena.alloc(f32, {b, heads_local_, s, s});
+  }
   slots_.assign(opts_.slots, Slot{});
   for (Slot& slot : slots_) {
     slot.tokens = arena.alloc(DType::i32, {n});
@@ -112,20 +136,12 @@ void GptModel::layout_activations(Arena& arena) {
     slot.encoded = arena.alloc(t, {b, s, c});
     if (!opts_.has_embedding) slot.dinput = arena.alloc(t, {b, s, c});
     for (int64_t l = 0; l < opts_.num_layers; ++l) {
-      LayerActs la;
-      la.ln1 = arena.alloc(t, {b, s, c});
-      la.ln1_mean = arena.alloc(f32, {n});
-      la.ln1_rstd = arena.alloc(f32, {n});
-      la.qkv = arena.alloc(t, {b, s, 3 * c_local});
-      la.atty = arena.alloc(t, {b, s, c_local});
-      la.probs = arena.alloc(f32, {b, heads_local_, s, s});
-      la.residual2 = arena.alloc(t, {b, s, c});
-      la.ln2 = arena.alloc(t, {b, s, c});
-      la.ln2_mean = arena.alloc(f32, {n});
-      la.ln2_rstd = arena.alloc(f32, {n});
-      la.fch = arena.alloc(t, {b, s, ffn_local_});
-      la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
-      la.residual3 = arena.alloc(t, {b, s, c});
+      LayerActs la = recomputed_;
+      switch (opts_.recompute) {
+        case Recompute::none: alloc_layer(la, true); break;
+        case Recompute::full: la.residual3 = arena.alloc(t, {b, s, c}); break;
+        case Recompute::selective: alloc_layer(la, false); break;  // probs, atty shared
+      }
       slot.layers.push_back(la);
     }
   }
@@ -255,7 +271,14 @@ void GptModel::backward(int slot, float loss_scale) {
     ready(lnf_w_);
   }
   for (int64_t l = static_cast<int64_t>(layer_params_.size()) - 1; l >= 0; --l) {
-    block_backward(s.layers[l], layer_params_[l], l > 0 ? s.layers[l - 1].residual3 : s.encoded);
+    Tensor input = l > 0 ? s.layers[l - 1].residual3 : s.encoded;
+    LayerActs& a = s.layers[l];
+    if (opts_.recompute == Recompute::full) {
+      block_forward(a, layer_params_[l], input);  // rebuilds the shared tensors (and residual3)
+    } else if (opts_.recompute == Recompute::selective) {
+      backend_.attention_fwd(a.atty, a.probs, a.qkv);
+    }
+    block_backward(a, layer_params_[l], input);
     ready(layer_params_[l].ln1_w);  // the layer's first parameter
   }
   if (opts_.has_embedding) {

@@ -83,6 +83,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   stage_layers_ = balance_stage_layers(cfg_.model, pp);
   for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
   opts.num_layers = stage_layers_[stage];
+  opts.recompute = cfg_.parallel.recompute == "full"        ? Recompute::full
+                   : cfg_.parallel.recompute == "selective" ? Recompute::selective
+                                                            : Recompute::none;
   opts.has_embedding = grid_.first_stage();
   opts.has_head = grid_.last_stage();
   // Activation sets: the most microbatches this stage holds at once in 1F1B, over the
@@ -124,10 +127,11 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     cfg_.model.name, cfg_.model.layers, cfg_.model.d_model, cfg_.model.heads,
                     cfg_.model.ffn_dim(), cfg_.model.vocab, model_->padded_vocab(),
                     cfg_.model.context, static_cast<double>(parameter_count(cfg_.model)) / 1e6));
-  print(fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}; {} {}; memory per rank: "
+  print(fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}, recompute {}; {} {}; memory per rank: "
                     "params+grads {}, adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
                     grid_.tp_size(), grid_.pp_size(), dp, world_->size(),
-                    grad_sync_ && grad_sync_->zero1() ? ", ZeRO-1" : "", backend_.name(),
+                    grad_sync_ && grad_sync_->zero1() ? ", ZeRO-1" : "", cfg_.parallel.recompute,
+                    backend_.name(),
                     to_string(cfg_.train.precision),
                     human_bytes(static_cast<double>(ps.bytes())),
                     human_bytes(static_cast<double>(optimizer_->state_bytes())),

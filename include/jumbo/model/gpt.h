@@ -21,6 +21,11 @@
 
 namespace jumbo {
 
+// Activation recomputation (Korthikanti et al. 2022): selective keeps each layer's tensors
+// but the attention core's (probabilities and output), recomputed from qkv in the backward;
+// full keeps only each layer's input and recomputes the whole layer in the backward.
+enum class Recompute { none, selective, full };
+
 struct GptOptions {
   int64_t micro_batch = 1;
   int64_t seq = 0;  // <= context
@@ -33,6 +38,7 @@ struct GptOptions {
   bool has_embedding = true;  // first stage
   bool has_head = true;       // last stage
   int64_t slots = 1;          // microbatches in flight (activation sets)
+  Recompute recompute = Recompute::none;
 };
 
 class GptModel {
@@ -112,6 +118,9 @@ class GptModel {
   Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, ce_max_, ce_sumexp_, ce_target_, losses_;
   // Backward scratch, shared by all slots.
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dprobs_;
+  // Layer tensors that recomputation does not keep per slot: written by every forward,
+  // rebuilt before each backward.
+  LayerActs recomputed_;
   std::vector<float> host_losses_;
   std::function<void(int64_t)> grads_ready_;
 };
