@@ -10,6 +10,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -19,7 +20,7 @@
 namespace jumbo {
 namespace {
 
-enum class Kind { integer, seed, number, string, precision, boolean };
+enum class Kind { integer, seed, number, string, precision, boolean, integer_list };
 
 template <typename T>
 constexpr Kind kind_of() {
@@ -28,6 +29,7 @@ constexpr Kind kind_of() {
   else if constexpr (std::is_same_v<T, double>) return Kind::number;
   else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
   else if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
+  else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return Kind::integer_list;
   else {
     static_assert(std::is_same_v<T, Precision>, "config field of an unsupported type");
     return Kind::precision;
@@ -63,6 +65,7 @@ const std::vector<Section>& schema() {
        {JUMBO_FIELD(parallel, tp), JUMBO_FIELD(parallel, pp),
         JUMBO_FIELD(parallel, micro_batch), JUMBO_FIELD(parallel, zero1),
         JUMBO_FIELD(parallel, bucket_size), JUMBO_FIELD(parallel, recompute),
+        JUMBO_FIELD(parallel, stage_layers),
         JUMBO_FIELD(parallel, comm_timeout_s)}},
       {"train",
        {JUMBO_FIELD(train, steps), JUMBO_FIELD(train, global_batch), JUMBO_FIELD(train, lr),
@@ -213,6 +216,18 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
       if (auto b = v.as_boolean()) *static_cast<bool*>(target) = b->get();
       else bad_value(at, s, f, v, "true or false");
       return;
+    case Kind::integer_list: {
+      auto* list = static_cast<std::vector<int64_t>*>(target);
+      list->clear();
+      const toml::array* arr = v.as_array();
+      if (!arr) bad_value(at, s, f, v, "an array of integers, e.g. [10, 10, 9]");
+      for (const toml::node& item : *arr) {
+        const auto i = item.as_integer();
+        if (!i) bad_value(at, s, f, v, "an array of integers, e.g. [10, 10, 9]");
+        list->push_back(i->get());
+      }
+      return;
+    }
     case Kind::precision: {
       auto str = v.as_string();
       if (str && str->get() == "fp32") *static_cast<Precision*>(target) = Precision::fp32;
@@ -406,6 +421,13 @@ std::string describe(const RunConfig& cfg_in) {
         case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
         case Kind::precision: value = toml_quoted(to_string(*static_cast<const Precision*>(p))); break;
         case Kind::boolean: value = *static_cast<const bool*>(p) ? "true" : "false"; break;
+        case Kind::integer_list: {
+          const auto& list = *static_cast<const std::vector<int64_t>*>(p);
+          value = "[";
+          for (size_t i = 0; i < list.size(); ++i) value += fmt::format("{}{}", i ? ", " : "", list[i]);
+          value += "]";
+          break;
+        }
       }
       out += fmt::format("{} = {}\n", f.key, value);
     }

@@ -71,6 +71,18 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
   c.at_least("parallel.pp", p.pp, 1);
   c.at_least("parallel.micro_batch", p.micro_batch, 1);
   c.at_least("parallel.bucket_size", p.bucket_size, 1);
+  if (!p.stage_layers.empty()) {
+    int64_t sum = 0;
+    bool positive = true;
+    for (int64_t n : p.stage_layers) {
+      sum += n;
+      positive = positive && n >= 1;
+    }
+    c.require(static_cast<int64_t>(p.stage_layers.size()) == p.pp && positive && sum == m.layers,
+              "parallel.stage_layers has {} entries summing to {}: expected parallel.pp = {} "
+              "entries, each >= 1, summing to model.layers = {}",
+              p.stage_layers.size(), sum, p.pp, m.layers);
+  }
   c.require(p.recompute == "none" || p.recompute == "selective" || p.recompute == "full",
             "parallel.recompute = \"{}\": expected \"none\", \"selective\" or \"full\"",
             p.recompute);

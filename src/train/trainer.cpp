@@ -80,7 +80,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   opts.micro_batch = mb;
   opts.seq = seq_;
   const int pp = grid_.pp_size(), stage = grid_.pp_rank();
-  stage_layers_ = balance_stage_layers(cfg_.model, pp);
+  stage_layers_ = cfg_.parallel.stage_layers.empty() ? balance_stage_layers(cfg_.model, pp)
+                                                     : cfg_.parallel.stage_layers;
   for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
   opts.num_layers = stage_layers_[stage];
   opts.recompute = cfg_.parallel.recompute == "full"        ? Recompute::full
@@ -141,9 +142,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
     std::string split;
     for (int64_t n : stage_layers_) split += fmt::format("{}{}", split.empty() ? "" : " ", n);
     print(fmt::format("pipeline: {} stages, layers per stage {} (embedding and head counted "
-                      "as {:.2f} layers), 1F1B, {} microbatches per step",
+                      "as {:.2f} layers{}), 1F1B, {} microbatches per step",
                       pp, split,
                       static_cast<double>(cfg_.model.padded_vocab()) / (12.0 * cfg_.model.d_model),
+                      cfg_.parallel.stage_layers.empty() ? "" : "; given by parallel.stage_layers",
                       max_micro));
   }
   print(fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", cfg_.data.train,

@@ -152,3 +152,30 @@ TEST(Validate, CheckpointsAreNotSupportedYet) {
 
 }  // namespace
 }  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+TEST(Validate, ParallelismKeys) {
+  expect_error({"parallel.pp=2", "parallel.stage_layers=[1, 2]"},
+               {"parallel.stage_layers", "2 entries summing to 3", "model.layers = 2"}, 2);
+  expect_error({"parallel.pp=2", "parallel.stage_layers=[2, 0]"}, {"each >= 1"}, 2);
+  expect_error({"parallel.recompute=some"}, {"parallel.recompute", "some", "selective"});
+  expect_error({"parallel.comm_timeout_s=0"}, {"parallel.comm_timeout_s = 0"});
+  expect_error({"parallel.bucket_size=0"}, {"parallel.bucket_size"});
+  EXPECT_NO_THROW(validate(run_with({"parallel.pp=2", "parallel.stage_layers=[1, 1]",
+                                     "parallel.zero1=true", "parallel.recompute=full"}),
+                           2));
+}
+
+TEST(Load, StageLayersMustBeAnArrayOfIntegers) {
+  try {
+    run_with({"parallel.stage_layers=3"});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("an array of integers"));
+  }
+}
+
+}  // namespace
+}  // namespace jumbo

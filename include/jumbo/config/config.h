@@ -42,7 +42,8 @@ struct ParallelConfig {
   int64_t micro_batch = 1;   // sequences per microbatch per data-parallel rank
   bool zero1 = false;        // distributed optimizer: each dp rank owns 1/dp of Adam and master
   int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
-  std::string recompute = "none";  // activation recomputation: "none", "selective", "full"
+  std::string recompute = "none";
+  std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo  // activation recomputation: "none", "selective", "full"
   double comm_timeout_s = 300;  // watchdog: a blocking communication waiting longer aborts the job
 };
 

@@ -175,6 +175,22 @@ TEST(LayoutsBf16, AllThreeKindsTrackTheOneRankRun) {
   }
 }
 
+TEST(Layouts, ExplicitUnevenStageSplitMatchesOneRank) {
+  static const RefRun ref = reference("fp32");
+  auto w = mpi_world();
+  if (w->size() % 3 != 0) GTEST_SKIP() << "needs a multiple of 3 ranks";
+  RunConfig cfg = layout_config(1, 3, false, "fp32");
+  cfg.parallel.stage_layers = {2, 5, 1};
+  auto backend = make_cpu_backend();
+  Trainer t(cfg, *backend, w);
+  EXPECT_EQ(t.model().options().num_layers, (std::vector<int64_t>{2, 5, 1})[t.grid().pp_rank()]);
+  const TrainSummary s = t.run();
+  for (size_t i = 0; i < s.losses.size(); ++i) {
+    EXPECT_NEAR(s.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
+  }
+  expect_same_weights(t, ref.reference_weights, 1e-4);
+}
+
 // log.comm: the bytes each rank hands to each group in one step, against the analytic count
 // (docs/metrics.md): per microbatch, tensor parallel all-reduces N h e four times per layer
 // (two forward, two backward), once for the embedding, and on the last stage 3 N f32 for the
