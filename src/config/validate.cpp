@@ -71,6 +71,10 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
   c.at_least("parallel.pp", p.pp, 1);
   c.at_least("parallel.micro_batch", p.micro_batch, 1);
   c.at_least("parallel.bucket_size", p.bucket_size, 1);
+  c.require(!p.sequence_parallel || m.context % p.tp == 0,
+            "parallel.sequence_parallel = true with parallel.tp = {}: model.context = {} must "
+            "be divisible by tp (each tp rank holds context / tp positions)",
+            p.tp, m.context);
   if (!p.stage_layers.empty()) {
     int64_t sum = 0;
     bool positive = true;

@@ -41,6 +41,11 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   vocab_start_ = tp_rank_ * vocab_local_;
   heads_local_ = cfg_.heads / tp_size_;
   ffn_local_ = cfg_.ffn_dim() / tp_size_;
+  sp_ = opts_.sequence_parallel && tp_size_ > 1;
+  if (sp_ && opts_.seq % tp_size_ != 0) {
+    throw std::logic_error("GptModel: sequence parallelism needs seq divisible by tp");
+  }
+  seq_part_ = sp_ ? opts_.seq / tp_size_ : opts_.seq;
   register_params();
   params_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
   Arena counting;
@@ -98,30 +103,44 @@ void GptModel::register_params() {
     lnf_w_ = params_.add(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
     lnf_b_ = params_.add(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
   }
+  if (sp_) {
+    // Norms and the position embedding see only this rank's part of the sequence.
+    for (size_t i = params_.size(); i-- > 0;) {
+      const std::string& name = params_.info(static_cast<int>(i)).name;
+      const bool norm = name.find("ln1.") != std::string::npos ||
+                        name.find("ln2.") != std::string::npos ||
+                        name.find("final_norm.") != std::string::npos;
+      if (norm || static_cast<int>(i) == wpe_) sequence_partial_.push_back(static_cast<int>(i));
+    }
+  }
 }
 
 void GptModel::layout_activations(Arena& arena) {
   const DType t = opts_.compute_dtype;
   const DType f32 = DType::f32;
   const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
-  const int64_t c_local = c / tp_size_;
+  const int64_t c_local = c / tp_size_, sp = seq_part_, np = b * sp;
+  // A sequence-spanning tensor, or the part tensor itself without SP.
+  auto full_of = [&](Tensor part) { return sp_ ? arena.alloc(t, {b, s, c}) : part; };
   // One full set of layer tensors: the shared set under recomputation, else the per-slot ones.
   auto alloc_layer = [&](LayerActs& la, bool core_attention) {
-    la.ln1 = arena.alloc(t, {b, s, c});
-    la.ln1_mean = arena.alloc(f32, {n});
-    la.ln1_rstd = arena.alloc(f32, {n});
+    la.ln1 = arena.alloc(t, {b, sp, c});
+    la.ln1_full = full_of(la.ln1);
+    la.ln1_mean = arena.alloc(f32, {np});
+    la.ln1_rstd = arena.alloc(f32, {np});
     la.qkv = arena.alloc(t, {b, s, 3 * c_local});
     if (core_attention) {
       la.atty = arena.alloc(t, {b, s, c_local});
       la.probs = arena.alloc(f32, {b, heads_local_, s, s});
     }
-    la.residual2 = arena.alloc(t, {b, s, c});
-    la.ln2 = arena.alloc(t, {b, s, c});
-    la.ln2_mean = arena.alloc(f32, {n});
-    la.ln2_rstd = arena.alloc(f32, {n});
+    la.residual2 = arena.alloc(t, {b, sp, c});
+    la.ln2 = arena.alloc(t, {b, sp, c});
+    la.ln2_full = full_of(la.ln2);
+    la.ln2_mean = arena.alloc(f32, {np});
+    la.ln2_rstd = arena.alloc(f32, {np});
     la.fch = arena.alloc(t, {b, s, ffn_local_});
     la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
-    la.residual3 = arena.alloc(t, {b, s, c});
+    la.residual3 = arena.alloc(t, {b, sp, c});
   };
   recomputed_ = LayerActs{};
   if (opts_.num_layers > 0 && opts_.recompute == Recompute::full) alloc_layer(recomputed_, true);
@@ -133,22 +152,23 @@ void GptModel::layout_activations(Arena& arena) {
   for (Slot& slot : slots_) {
     slot.tokens = arena.alloc(DType::i32, {n});
     slot.targets = arena.alloc(DType::i32, {n});
-    slot.encoded = arena.alloc(t, {b, s, c});
-    if (!opts_.has_embedding) slot.dinput = arena.alloc(t, {b, s, c});
+    slot.encoded = arena.alloc(t, {b, sp, c});
+    if (!opts_.has_embedding) slot.dinput = arena.alloc(t, {b, sp, c});
     for (int64_t l = 0; l < opts_.num_layers; ++l) {
       LayerActs la = recomputed_;
       switch (opts_.recompute) {
         case Recompute::none: alloc_layer(la, true); break;
-        case Recompute::full: la.residual3 = arena.alloc(t, {b, s, c}); break;
+        case Recompute::full: la.residual3 = arena.alloc(t, {b, sp, c}); break;
         case Recompute::selective: alloc_layer(la, false); break;  // probs, atty shared
       }
       slot.layers.push_back(la);
     }
   }
   if (opts_.has_head) {
-    lnf_ = arena.alloc(t, {b, s, c});
-    lnf_mean_ = arena.alloc(f32, {n});
-    lnf_rstd_ = arena.alloc(f32, {n});
+    lnf_ = arena.alloc(t, {b, sp, c});
+    lnf_full_ = full_of(lnf_);
+    lnf_mean_ = arena.alloc(f32, {np});
+    lnf_rstd_ = arena.alloc(f32, {np});
     logits_ = arena.alloc(t, {n, vocab_local_});
     ce_max_ = arena.alloc(f32, {n});
     ce_sumexp_ = arena.alloc(f32, {n});
@@ -156,8 +176,13 @@ void GptModel::layout_activations(Arena& arena) {
     losses_ = arena.alloc(f32, {n});
   }
   proj_out_ = arena.alloc(t, {b, s, c});
-  dresidual_ = arena.alloc(t, {b, s, c});
+  proj_part_ = sp_ ? arena.alloc(t, {b, sp, c}) : proj_out_;
+  emb_full_ = opts_.has_embedding ? (sp_ ? arena.alloc(t, {b, s, c}) : Tensor{}) : Tensor{};
+  dresidual_ = arena.alloc(t, {b, sp, c});
+  dres_full_ = full_of(dresidual_);
   dln_ = arena.alloc(t, {b, s, c});
+  dln_part_ = sp_ ? arena.alloc(t, {b, sp, c}) : dln_;
+  sp_stage_ = sp_ ? arena.alloc(t, {b * s * c}) : Tensor{};
   datty_ = arena.alloc(t, {b, s, c_local});
   dqkv_ = arena.alloc(t, {b, s, 3 * c_local});
   dfch_ = arena.alloc(t, {b, s, ffn_local_});
@@ -176,26 +201,29 @@ void GptModel::block_forward(LayerActs& a, const LayerParams& p, Tensor input) {
   const bool bias_here = tp_rank_ == 0;
   backend_.layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, input, W(p.ln1_w), W(p.ln1_b),
                          opts_.layernorm_eps);
-  backend_.linear_fwd(a.qkv, a.ln1, W(p.qkv_w), W(p.qkv_b));
+  gather_sequence(a.ln1, a.ln1_full);
+  backend_.linear_fwd(a.qkv, a.ln1_full, W(p.qkv_w), W(p.qkv_b));
   backend_.attention_fwd(a.atty, a.probs, a.qkv);
   backend_.linear_fwd(proj_out_, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
-  tp_.all_reduce(proj_out_, ReduceOp::sum);
-  backend_.add(a.residual2, input, proj_out_);
+  reduce_to_part(proj_out_, proj_part_);
+  backend_.add(a.residual2, input, proj_part_);
   backend_.layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W(p.ln2_w), W(p.ln2_b),
                          opts_.layernorm_eps);
-  backend_.linear_fwd(a.fch, a.ln2, W(p.fc1_w), W(p.fc1_b));
+  gather_sequence(a.ln2, a.ln2_full);
+  backend_.linear_fwd(a.fch, a.ln2_full, W(p.fc1_w), W(p.fc1_b));
   backend_.gelu_fwd(a.fch_gelu, a.fch);
   backend_.linear_fwd(proj_out_, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
-  tp_.all_reduce(proj_out_, ReduceOp::sum);
-  backend_.add(a.residual3, a.residual2, proj_out_);
+  reduce_to_part(proj_out_, proj_part_);
+  backend_.add(a.residual3, a.residual2, proj_part_);
 }
 
 void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.layernorm_fwd(lnf_, lnf_mean_, lnf_rstd_, x, params_.weight(lnf_w_),
                          params_.weight(lnf_b_), opts_.layernorm_eps);
+  gather_sequence(lnf_, lnf_full_);
   const int64_t n = opts_.micro_batch * opts_.seq;
   // Tied head: logits for this rank's vocab slice only.
-  backend_.linear_fwd(logits_, lnf_.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
+  backend_.linear_fwd(logits_, lnf_full_.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
   // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
   backend_.ce_local_max(ce_max_, logits_);
   tp_.all_reduce(ce_max_, ReduceOp::max);
@@ -211,9 +239,11 @@ double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (opts_.has_embedding) {
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
-    backend_.token_embedding_fwd(s.encoded, s.tokens, params_.weight(wte_), vocab_start_);
-    tp_.all_reduce(s.encoded, ReduceOp::sum);
-    backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_));
+    Tensor full = sp_ ? emb_full_ : s.encoded;
+    backend_.token_embedding_fwd(full, s.tokens, params_.weight(wte_), vocab_start_);
+    reduce_to_part(full, s.encoded);
+    // This rank's part of the sequence starts at position tp_rank x S/tp.
+    backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
   }
   Tensor x = s.encoded;
   for (size_t l = 0; l < layer_params_.size(); ++l) {
@@ -232,20 +262,23 @@ double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets
 void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) {
   auto W = [&](int i) { return params_.weight(i); };
   auto G = [&](int i) { return params_.grad(i); };
-  Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit
+  Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
-  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres, a.fch_gelu, W(p.fc2_w), false);
+  gather_sequence(dres, dres_full_);
+  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w),
+                      false);
   backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
-  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2, W(p.fc1_w), false);
-  tp_.all_reduce(dln_, ReduceOp::sum);  // column-parallel input gradient
-  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_, a.residual2, W(p.ln2_w),
+  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w), false);
+  reduce_to_part(dln_, dln_part_);  // column-parallel input gradient
+  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_part_, a.residual2, W(p.ln2_w),
                          a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
-  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres, a.atty, W(p.proj_w), false);
+  gather_sequence(dres, dres_full_);
+  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w), false);
   backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.probs);
-  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1, W(p.qkv_w), false);
-  tp_.all_reduce(dln_, ReduceOp::sum);
-  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_, input, W(p.ln1_w), a.ln1_mean,
+  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w), false);
+  reduce_to_part(dln_, dln_part_);
+  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, input, W(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd);
 }
 
@@ -254,10 +287,10 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
   // dlogits overwrite the logits in place.
   backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
   backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
-                      lnf_.view({n, c}), params_.weight(wte_), false);
-  tp_.all_reduce(dln_, ReduceOp::sum);  // the head is column-parallel over the vocabulary
+                      lnf_full_.view({n, c}), params_.weight(wte_), false);
+  reduce_to_part(dln_, dln_part_);  // the head is column-parallel over the vocabulary
   backend_.fill(dresidual_, 0.0f);
-  backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_, x,
+  backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_part_, x,
                          params_.weight(lnf_w_), lnf_mean_, lnf_rstd_);
 }
 
@@ -282,11 +315,41 @@ void GptModel::backward(int slot, float loss_scale) {
     ready(layer_params_[l].ln1_w);  // the layer's first parameter
   }
   if (opts_.has_embedding) {
-    backend_.position_embedding_bwd(params_.grad(wpe_), dresidual_);
-    backend_.token_embedding_bwd(params_.grad(wte_), dresidual_, s.tokens, vocab_start_);
+    backend_.position_embedding_bwd(
+        params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
+    gather_sequence(dresidual_, dres_full_);
+    backend_.token_embedding_bwd(params_.grad(wte_), dres_full_, s.tokens, vocab_start_);
     ready(wpe_);
   } else {
     backend_.copy(s.dinput, dresidual_);  // sent to the previous stage from here
+  }
+}
+
+void GptModel::reduce_to_part(Tensor full, Tensor part) {
+  if (!sp_) {
+    tp_.all_reduce(full, ReduceOp::sum);
+    return;
+  }
+  // [B, S, C] -> [tp, B, S/tp, C], so each rank's part is one block of the reduce-scatter.
+  const int64_t b = opts_.micro_batch, s = opts_.seq, c = cfg_.d_model;
+  Tensor rows = full.view({b * s, c}), stage = sp_stage_.view({b * s, c});
+  for (int64_t r = 0; r < tp_size_; ++r) {
+    for (int64_t i = 0; i < b; ++i) {
+      backend_.copy(stage.rows((r * b + i) * seq_part_, seq_part_), rows.rows(i * s + r * seq_part_, seq_part_));
+    }
+  }
+  tp_.reduce_scatter(sp_stage_, part.view({b * seq_part_ * c}));
+}
+
+void GptModel::gather_sequence(Tensor part, Tensor full) {
+  if (!sp_) return;
+  const int64_t b = opts_.micro_batch, s = opts_.seq, c = cfg_.d_model;
+  tp_.all_gather(part.view({b * seq_part_ * c}), sp_stage_);
+  Tensor rows = full.view({b * s, c}), stage = sp_stage_.view({b * s, c});
+  for (int64_t r = 0; r < tp_size_; ++r) {
+    for (int64_t i = 0; i < b; ++i) {
+      backend_.copy(rows.rows(i * s + r * seq_part_, seq_part_), stage.rows((r * b + i) * seq_part_, seq_part_));
+    }
   }
 }
 

@@ -1,23 +1,51 @@
 #include "jumbo/train/step.h"
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
 namespace jumbo {
 namespace {
 
+// Sequence parallelism leaves the norms' and position embedding's gradients as partial sums
+// over the tp ranks. They are all-reduced over tp once complete — from the backward hook of
+// the last microbatch, just before the data-parallel bucket holding them is launched.
+class SequencePartialGrads {
+ public:
+  SequencePartialGrads(GptModel& model, Comm* tp)
+      : model_(model), tp_(tp), params_(model.sequence_partial_params()) {}
+  void reduce_from(int64_t flat) {
+    while (tp_ && next_ < params_.size() &&
+           model_.params().info(params_[next_]).flat_offset >= flat) {
+      tp_->all_reduce(model_.params().grad(params_[next_++]), ReduceOp::sum);
+    }
+  }
+
+ private:
+  GptModel& model_;
+  Comm* tp_;
+  const std::vector<int>& params_;
+  size_t next_ = 0;
+};
+
+// The hook for the last microbatch's backward: complete partial sums, then launch buckets.
+std::function<void(int64_t)> grads_ready(SequencePartialGrads& partial, GradSync* sync) {
+  return [&partial, sync](int64_t flat) {
+    partial.reduce_from(flat);
+    if (sync) sync->grads_ready_from(flat);
+  };
+}
+
 // Gradient accumulation on one pipeline stage (or no pipeline): forward then backward.
 double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro_steps,
                         float loss_scale, int32_t* tokens, int32_t* targets,
-                        const StepGroups& g) {
+                        const StepGroups& g, SequencePartialGrads& partial) {
   double loss_sum = 0;
   for (int64_t k = 0; k < micro_steps; ++k) {
     source.next(tokens, targets);
     loss_sum += model.forward(0, tokens, targets);
-    if (g.grad_sync && k == micro_steps - 1) {
-      model.set_grads_ready_hook([&](int64_t flat) { g.grad_sync->grads_ready_from(flat); });
-    }
+    if (k == micro_steps - 1) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
     model.backward(0, loss_scale);
   }
   return loss_sum;
@@ -28,7 +56,7 @@ double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro
 // their buffer is reused, which keeps every wait behind its matching receive in the
 // schedule's dependency order (no cycle, so no deadlock).
 double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale, int32_t* tokens,
-                    int32_t* targets, const StepGroups& g) {
+                    int32_t* targets, const StepGroups& g, SequencePartialGrads& partial) {
   Comm& pp = *g.pp;
   const int stage = pp.rank(), stages = pp.size();
   const bool first = stage == 0, last = stage == stages - 1;
@@ -54,9 +82,7 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
         pp.wait(r);
       }
       if (!first) pp.wait(bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
-      if (g.grad_sync && --backwards_left == 0) {
-        model.set_grads_ready_hook([&](int64_t flat) { g.grad_sync->grads_ready_from(flat); });
-      }
+      if (--backwards_left == 0) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
       model.backward(slot, loss_scale);
       pp.wait(fwd_sent[slot]);
       if (!first) bwd_sent[slot] = pp.isend(model.grad_input(slot), stage - 1, 2 * op.microbatch + 1);
@@ -76,11 +102,13 @@ StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int
   model.zero_grads();
   if (g.grad_sync) g.grad_sync->start_step();
   const float loss_scale = 1.0f / static_cast<float>(batch_tokens);
+  SequencePartialGrads partial(model, g.tp);
   double loss_sum = g.pp && g.pp->size() > 1
-                        ? run_pipeline(model, source, loss_scale, tokens, targets, g)
+                        ? run_pipeline(model, source, loss_scale, tokens, targets, g, partial)
                         : run_microbatches(model, source, micro_steps, loss_scale, tokens,
-                                           targets, g);
+                                           targets, g, partial);
   model.set_grads_ready_hook(nullptr);
+  partial.reduce_from(0);  // whatever the hook has not reached
   // The two copies of the tied embedding (first and last stage) get the sum of both
   // gradients, before the data-parallel reduction of the bucket that holds them.
   if (g.embedding && g.embedding->size() > 1) {

@@ -87,6 +87,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   opts.recompute = cfg_.parallel.recompute == "full"        ? Recompute::full
                    : cfg_.parallel.recompute == "selective" ? Recompute::selective
                                                             : Recompute::none;
+  opts.sequence_parallel = cfg_.parallel.sequence_parallel;
   opts.has_embedding = grid_.first_stage();
   opts.has_head = grid_.last_stage();
   // Activation sets: the most microbatches this stage holds at once in 1F1B, over the
@@ -111,6 +112,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   groups_.tp_rank = grid_.tp_rank();
   groups_.embedding = grid_.embedding();
   groups_.pp = pp > 1 ? &grid_.pp() : nullptr;
+  groups_.tp = &grid_.tp();
   tokens_.resize(mb * seq_);
   targets_.resize(mb * seq_);
 
@@ -128,10 +130,12 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     cfg_.model.name, cfg_.model.layers, cfg_.model.d_model, cfg_.model.heads,
                     cfg_.model.ffn_dim(), cfg_.model.vocab, model_->padded_vocab(),
                     cfg_.model.context, static_cast<double>(parameter_count(cfg_.model)) / 1e6));
-  print(fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}, recompute {}; {} {}; memory per rank: "
+  print(fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}{}, recompute {}; {} {}; memory per rank: "
                     "params+grads {}, adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
                     grid_.tp_size(), grid_.pp_size(), dp, world_->size(),
-                    grad_sync_ && grad_sync_->zero1() ? ", ZeRO-1" : "", cfg_.parallel.recompute,
+                    grad_sync_ && grad_sync_->zero1() ? ", ZeRO-1" : "",
+                    cfg_.parallel.sequence_parallel && grid_.tp_size() > 1 ? ", sequence parallel" : "",
+                    cfg_.parallel.recompute,
                     backend_.name(),
                     to_string(cfg_.train.precision),
                     human_bytes(static_cast<double>(ps.bytes())),

@@ -43,6 +43,7 @@ struct ParallelConfig {
   bool zero1 = false;        // distributed optimizer: each dp rank owns 1/dp of Adam and master
   int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
   std::string recompute = "none";
+  bool sequence_parallel = false;  // norms and residuals split along the sequence over tp
   std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo  // activation recomputation: "none", "selective", "full"
   double comm_timeout_s = 300;  // watchdog: a blocking communication waiting longer aborts the job
 };

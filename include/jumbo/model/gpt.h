@@ -39,6 +39,11 @@ struct GptOptions {
   bool has_head = true;       // last stage
   int64_t slots = 1;          // microbatches in flight (activation sets)
   Recompute recompute = Recompute::none;
+  // Sequence parallelism (Korthikanti et al. 2022): with tp > 1, the layernorm and residual
+  // regions hold S/tp of the sequence; all-gather and reduce-scatter along the sequence
+  // replace the tensor-parallel all-reduces. Layernorm and position-embedding gradients are
+  // then partial sums over the tp ranks (sequence_partial_params()).
+  bool sequence_parallel = false;
 };
 
 class GptModel {
@@ -61,10 +66,15 @@ class GptModel {
   double forward(const int32_t* tokens, const int32_t* targets) { return forward(0, tokens, targets); }
   void backward(float loss_scale) { backward(0, loss_scale); }
 
-  Tensor input(int slot) { return slots_[slot].encoded; }         // [B, S, C]
-  Tensor output(int slot);                                        // [B, S, C]
-  Tensor grad_output() { return dresidual_; }                     // [B, S, C]
-  Tensor grad_input(int slot) { return slots_[slot].dinput; }     // [B, S, C]
+  // Stage boundary tensors, [B, S, C] ([B, S/tp, C] with sequence parallelism).
+  Tensor input(int slot) { return slots_[slot].encoded; }
+  Tensor output(int slot);
+  Tensor grad_output() { return dresidual_; }
+  Tensor grad_input(int slot) { return slots_[slot].dinput; }
+  // Parameters whose gradients are partial sums over the tp ranks (sequence parallelism), in
+  // descending flat offset: the trainer all-reduces them over tp before they are reduced
+  // over dp.
+  const std::vector<int>& sequence_partial_params() const { return sequence_partial_; }
 
   void zero_grads() { backend_.fill(params_.all_grads(), 0.0f); }
   // Called during backward each time the gradients of every parameter at flat offset >= the
@@ -85,8 +95,10 @@ class GptModel {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   };
   struct LayerActs {
-    Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_mean, ln2_rstd, fch,
-        fch_gelu, residual3;
+    // ln1, ln2 and the residuals are this rank's part of the sequence; ln1_full and ln2_full
+    // the gathered inputs of the column-parallel layers (the same tensors without SP).
+    Tensor ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
+        ln2_mean, ln2_rstd, fch, fch_gelu, residual3;
   };
   // Forward state of one microbatch in flight.
   struct Slot {
@@ -100,6 +112,11 @@ class GptModel {
   void block_backward(LayerActs& a, const LayerParams& p, Tensor input);
   void head_forward(Slot& s, Tensor x);
   void head_backward(Slot& s, Tensor x, float loss_scale);
+  // A partial sum over the full sequence [B, S, C] into this rank's part: all-reduce in place
+  // (part is full) or, with sequence parallelism, reduce-scatter along the sequence.
+  void reduce_to_part(Tensor full, Tensor part);
+  // This rank's part into the full sequence from every rank's part (nothing without SP).
+  void gather_sequence(Tensor part, Tensor full);
 
   ModelConfig cfg_;
   GptOptions opts_;
@@ -108,6 +125,9 @@ class GptModel {
   int64_t tp_rank_, tp_size_;
   int64_t vocab_padded_, vocab_local_, vocab_start_;
   int64_t heads_local_, ffn_local_;
+  bool sp_ = false;
+  int64_t seq_part_;  // sequence positions of this rank's part (S, or S/tp with SP)
+  std::vector<int> sequence_partial_;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   std::vector<LayerParams> layer_params_;  // this stage's layers
@@ -115,9 +135,11 @@ class GptModel {
   std::vector<Slot> slots_;
   // The head runs forward and backward of one microbatch back to back (the last stage has
   // one microbatch in flight), so its buffers are not per slot.
-  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, ce_max_, ce_sumexp_, ce_target_, losses_;
-  // Backward scratch, shared by all slots.
-  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dprobs_;
+  Tensor lnf_, lnf_full_, lnf_mean_, lnf_rstd_, logits_, ce_max_, ce_sumexp_, ce_target_, losses_;
+  // Scratch shared by all slots: "full" tensors span the sequence, "part" ones this rank's
+  // part (aliases without SP); sp_stage_ reorders [B, S, C] as [tp, B, S/tp, C].
+  Tensor emb_full_, proj_out_, proj_part_, dresidual_, dres_full_, dln_, dln_part_, datty_, dqkv_,
+      dfch_, dfch_gelu_, dprobs_, sp_stage_;
   // Layer tensors that recomputation does not keep per slot: written by every forward,
   // rebuilt before each backward.
   LayerActs recomputed_;

@@ -26,6 +26,7 @@ struct StepGroups {
   Comm* norm_group = nullptr;     // sums the grad norm's squares (model-parallel, or world)
   Comm* embedding = nullptr;      // first + last stage: sums the tied embedding's gradient
   Comm* pp = nullptr;             // pipeline: this rank's stage neighbours (rank = stage)
+  Comm* tp = nullptr;             // sequence parallel: sums the norms' partial gradients
   const std::vector<PipeOp>* schedule = nullptr;  // pipeline: this stage's ops for the step
   int tp_rank = 0;
 };

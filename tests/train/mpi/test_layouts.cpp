@@ -43,14 +43,15 @@ const std::string& data_dir() {
 }
 
 RunConfig layout_config(int tp, int pp, bool zero1, const std::string& precision,
-                        const std::string& recompute = "none") {
+                        const std::string& recompute = "none", bool sequence_parallel = false) {
   const std::string d = data_dir();
   std::vector<std::string> sets = {
       "model.layers=8", "model.d_model=64", "model.heads=8", "model.ffn=128",
       "model.vocab=1024",  // padded alike for tp = 1..8
       "model.context=16", "parallel.micro_batch=1", "parallel.tp=" + std::to_string(tp),
       "parallel.pp=" + std::to_string(pp), std::string("parallel.zero1=") + (zero1 ? "true" : "false"),
-      "parallel.bucket_size=5000", "parallel.recompute=" + recompute,  // several buckets, so reductions overlap the backward
+      "parallel.bucket_size=5000", "parallel.recompute=" + recompute,
+      std::string("parallel.sequence_parallel=") + (sequence_parallel ? "true" : "false"),  // several buckets, so reductions overlap the backward
       "train.steps=10", "train.global_batch=24", "train.lr=1e-3", "train.min_lr=1e-4",
       "train.warmup_tokens=200", "train.eval_every=0", "train.precision=" + precision,
       "data.train=" + d + "/train", "data.valid=", "data.tokenizer=" + test::small_tokenizer(),
@@ -123,18 +124,18 @@ void expect_same_weights(Trainer& t, const std::vector<float>& ref_flat, double 
   EXPECT_LT(worst, tol) << "largest absolute weight difference";
 }
 
-void check_layout(int tp, int pp, bool zero1, const std::string& recompute) {
+void check_layout(int tp, int pp, bool zero1, const std::string& recompute, bool sp) {
   static const RefRun ref = reference("fp32");
   auto w = mpi_world();
   auto backend = make_cpu_backend();
-  Trainer t(layout_config(tp, pp, zero1, "fp32", recompute), *backend, w);
+  Trainer t(layout_config(tp, pp, zero1, "fp32", recompute, sp), *backend, w);
   const TrainSummary s = t.run();
   ASSERT_EQ(s.losses.size(), ref.losses.size());
   for (size_t i = 0; i < s.losses.size(); ++i) {
     // The reference went through a float broadcast: compare at float precision and 1e-5.
     EXPECT_NEAR(s.losses[i], ref.losses[i], 1e-5 * ref.losses[i])
         << "step " << i + 1 << " tp " << tp << " pp " << pp << " zero1 " << zero1
-        << " recompute " << recompute;
+        << " recompute " << recompute << " sequence parallel " << sp;
   }
   expect_same_weights(t, ref.reference_weights, 1e-4);
 }
@@ -145,9 +146,10 @@ TEST_P(Layouts, MatchOneRank) {
   const auto [tp, pp] = GetParam();
   const int n = mpi_world()->size();
   if (n % (tp * pp) != 0) GTEST_SKIP() << "layout does not fit " << n << " ranks";
-  // Recomputation in some runs: it must not change a single number either.
-  check_layout(tp, pp, false, pp > 1 ? "selective" : "none");
-  check_layout(tp, pp, true, tp > 1 ? "full" : "none");
+  // Recomputation and sequence parallelism in some runs: they change no number either.
+  check_layout(tp, pp, false, pp > 1 ? "selective" : "none", false);
+  check_layout(tp, pp, true, tp > 1 ? "full" : "none", tp > 1);
+  if (tp > 1) check_layout(tp, pp, false, "selective", true);
 }
 
 // (tp, pp); dp is what the world leaves. On 8 ranks: (1,1,8) (2,1,4) (4,1,2) (8,1,1) (1,8,1)
@@ -167,7 +169,7 @@ TEST(LayoutsBf16, AllThreeKindsTrackTheOneRankRun) {
   const int tp = w->size() % 2 == 0 ? 2 : 1;
   const int pp = w->size() % (2 * tp) == 0 ? 2 : 1;
   auto backend = make_cpu_backend();
-  Trainer t(layout_config(tp, pp, true, "bf16"), *backend, w);
+  Trainer t(layout_config(tp, pp, true, "bf16", "none", true), *backend, w);
   const TrainSummary s = t.run();
   // bf16 activations: summation order changes rounding; the losses stay within 1%.
   for (size_t i = 0; i < s.losses.size(); ++i) {
