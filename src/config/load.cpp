@@ -66,6 +66,7 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(parallel, micro_batch), JUMBO_FIELD(parallel, zero1),
         JUMBO_FIELD(parallel, bucket_size), JUMBO_FIELD(parallel, recompute),
         JUMBO_FIELD(parallel, stage_layers), JUMBO_FIELD(parallel, sequence_parallel),
+        JUMBO_FIELD(parallel, virtual_stages),
         JUMBO_FIELD(parallel, comm_timeout_s)}},
       {"train",
        {JUMBO_FIELD(train, steps), JUMBO_FIELD(train, global_batch), JUMBO_FIELD(train, lr),

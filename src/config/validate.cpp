@@ -71,6 +71,13 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
   c.at_least("parallel.pp", p.pp, 1);
   c.at_least("parallel.micro_batch", p.micro_batch, 1);
   c.at_least("parallel.bucket_size", p.bucket_size, 1);
+  c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  if (p.virtual_stages > 1) {
+    c.require(p.pp > 1 && m.layers % (p.pp * p.virtual_stages) == 0 && p.stage_layers.empty(),
+              "parallel.virtual_stages = {}: interleaving needs parallel.pp > 1 (now {}), "
+              "model.layers = {} divisible by pp x virtual_stages, and no parallel.stage_layers",
+              p.virtual_stages, p.pp, m.layers);
+  }
   c.require(!p.sequence_parallel || m.context % p.tp == 0,
             "parallel.sequence_parallel = true with parallel.tp = {}: model.context = {} must "
             "be divisible by tp (each tp rank holds context / tp positions)",

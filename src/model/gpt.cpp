@@ -32,7 +32,8 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
                                        cfg_.context));
   }
   if (opts_.num_layers < 0) opts_.num_layers = cfg_.layers - opts_.first_layer;
-  if (opts_.first_layer < 0 || opts_.first_layer + opts_.num_layers > cfg_.layers ||
+  if (opts_.first_layer < 0 || opts_.chunks < 1 ||
+      opts_.first_layer + (opts_.chunks - 1) * opts_.chunk_stride + opts_.num_layers > cfg_.layers ||
       opts_.slots < 1) {
     throw std::logic_error("GptModel: stage layers or slots out of range");
   }
@@ -74,7 +75,9 @@ void GptModel::register_params() {
     wpe_ = params_.add(make_param("embedding.position", {cfg_.context, c}, {0, 0},
                                   {cfg_.context, c}, N, std, true, true));
   }
-  for (int64_t i = opts_.first_layer; i < opts_.first_layer + opts_.num_layers; ++i) {
+  for (int64_t chunk = 0; chunk < opts_.chunks; ++chunk)
+  for (int64_t i = opts_.first_layer + chunk * opts_.chunk_stride;
+       i < opts_.first_layer + chunk * opts_.chunk_stride + opts_.num_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
     LayerParams lp{};
     lp.ln1_w = params_.add(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
@@ -153,7 +156,7 @@ void GptModel::layout_activations(Arena& arena) {
     slot.tokens = arena.alloc(DType::i32, {n});
     slot.targets = arena.alloc(DType::i32, {n});
     slot.encoded = arena.alloc(t, {b, sp, c});
-    if (!opts_.has_embedding) slot.dinput = arena.alloc(t, {b, sp, c});
+    if (!opts_.has_embedding || opts_.chunks > 1) slot.dinput = arena.alloc(t, {b, sp, c});
     for (int64_t l = 0; l < opts_.num_layers; ++l) {
       LayerActs la = recomputed_;
       switch (opts_.recompute) {
@@ -234,9 +237,11 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_);
 }
 
-double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets) {
+double GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets) {
   Slot& s = slots_[slot];
-  if (opts_.has_embedding) {
+  s.chunk = chunk;
+  const int64_t base = chunk * opts_.num_layers;
+  if (opts_.has_embedding && chunk == 0) {
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
     Tensor full = sp_ ? emb_full_ : s.encoded;
@@ -246,11 +251,11 @@ double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets
     backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
   }
   Tensor x = s.encoded;
-  for (size_t l = 0; l < layer_params_.size(); ++l) {
-    block_forward(s.layers[l], layer_params_[l], x);
+  for (int64_t l = 0; l < opts_.num_layers; ++l) {
+    block_forward(s.layers[l], layer_params_[base + l], x);
     x = s.layers[l].residual3;
   }
-  if (!opts_.has_head) return 0;
+  if (!opts_.has_head || chunk != opts_.chunks - 1) return 0;
   backend_.from_host(s.targets, targets);
   head_forward(s, x);
   backend_.to_host(host_losses_.data(), losses_);
@@ -294,27 +299,28 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
                          params_.weight(lnf_w_), lnf_mean_, lnf_rstd_);
 }
 
-void GptModel::backward(int slot, float loss_scale) {
+void GptModel::backward(int slot, int chunk, float loss_scale) {
   Slot& s = slots_[slot];
+  const int64_t base = chunk * opts_.num_layers;
   auto ready = [&](int param) {
     if (grads_ready_ && param >= 0) grads_ready_(params_.info(param).flat_offset);
   };
-  if (opts_.has_head) {
+  if (opts_.has_head && chunk == opts_.chunks - 1) {
     head_backward(s, output(slot), loss_scale);
     ready(lnf_w_);
   }
-  for (int64_t l = static_cast<int64_t>(layer_params_.size()) - 1; l >= 0; --l) {
+  for (int64_t l = opts_.num_layers - 1; l >= 0; --l) {
     Tensor input = l > 0 ? s.layers[l - 1].residual3 : s.encoded;
     LayerActs& a = s.layers[l];
     if (opts_.recompute == Recompute::full) {
-      block_forward(a, layer_params_[l], input);  // rebuilds the shared tensors (and residual3)
+      block_forward(a, layer_params_[base + l], input);  // rebuilds the shared tensors (and residual3)
     } else if (opts_.recompute == Recompute::selective) {
       backend_.attention_fwd(a.atty, a.probs, a.qkv);
     }
-    block_backward(a, layer_params_[l], input);
-    ready(layer_params_[l].ln1_w);  // the layer's first parameter
+    block_backward(a, layer_params_[base + l], input);
+    ready(layer_params_[base + l].ln1_w);  // the layer's first parameter
   }
-  if (opts_.has_embedding) {
+  if (opts_.has_embedding && chunk == 0) {
     backend_.position_embedding_bwd(
         params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
     gather_sequence(dresidual_, dres_full_);

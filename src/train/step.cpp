@@ -51,49 +51,72 @@ double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro
   return loss_sum;
 }
 
-// One stage of a pipeline: the schedule's ops in order, activations and their gradients over
-// non-blocking point-to-point. Receives are waited at once; sends are waited only before
-// their buffer is reused, which keeps every wait behind its matching receive in the
+// One stage of a pipeline: the schedule's ops in order (1F1B or interleaved), activations and
+// their gradients over non-blocking point-to-point. Receives are waited at once; sends only
+// before their buffer is reused, which keeps every wait behind its matching receive in the
 // schedule's dependency order (no cycle, so no deadlock).
 double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale, int32_t* tokens,
                     int32_t* targets, const StepGroups& g, SequencePartialGrads& partial) {
   Comm& pp = *g.pp;
-  const int stage = pp.rank(), stages = pp.size();
-  const bool first = stage == 0, last = stage == stages - 1;
-  const int slots = static_cast<int>(model.options().slots);
-  std::vector<CommRequest> fwd_sent(slots), bwd_sent(slots);
+  PipelineState& st = *g.pipeline;
+  const int stage = pp.rank(), stages = pp.size(), v = st.chunks;
+  const int virtual_total = stages * v;
   const std::vector<PipeOp>& ops = *g.schedule;
   int backwards_left = 0;
   for (const PipeOp& op : ops) backwards_left += op.kind == PipeOp::backward;
+  // Tag of the message leaving virtual stage `from` for microbatch k in direction dir.
+  auto tag = [&](int k, int from, int dir) { return 2 * (k * virtual_total + from) + dir; };
   double loss_sum = 0;
   for (const PipeOp& op : ops) {
-    const int slot = op.microbatch % slots;
+    const PipeOpComm c = pipeline_op_comm(op, stages, stage, v);
+    int& slot = st.slot_of[op.microbatch * v + op.chunk];
     if (op.kind == PipeOp::forward) {
-      if (first || last) source.next(tokens, targets);
-      if (!first) {
-        CommRequest r = pp.irecv(model.input(slot), stage - 1, 2 * op.microbatch);
+      slot = st.free_slots.back();
+      st.free_slots.pop_back();
+      if (c.reads_tokens || c.computes_loss) source.next(tokens, targets);
+      if (c.recv_from_rank >= 0) {
+        CommRequest r = pp.irecv(model.input(slot), c.recv_from_rank,
+                                 tag(op.microbatch, c.virtual_stage - 1, 0));
         pp.wait(r);
       }
-      loss_sum += model.forward(slot, tokens, targets);
-      if (!last) fwd_sent[slot] = pp.isend(model.output(slot), stage + 1, 2 * op.microbatch);
+      loss_sum += model.forward(slot, op.chunk, tokens, targets);
+      if (c.send_to_rank >= 0) {
+        st.fwd_sent[slot] = pp.isend(model.output(slot), c.send_to_rank,
+                                     tag(op.microbatch, c.virtual_stage, 0));
+      }
     } else {
-      if (!last) {
-        CommRequest r = pp.irecv(model.grad_output(), stage + 1, 2 * op.microbatch + 1);
+      if (c.recv_from_rank >= 0) {
+        CommRequest r = pp.irecv(model.grad_output(), c.recv_from_rank,
+                                 tag(op.microbatch, c.virtual_stage + 1, 1));
         pp.wait(r);
       }
-      if (!first) pp.wait(bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
       if (--backwards_left == 0) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
-      model.backward(slot, loss_scale);
-      pp.wait(fwd_sent[slot]);
-      if (!first) bwd_sent[slot] = pp.isend(model.grad_input(slot), stage - 1, 2 * op.microbatch + 1);
+      pp.wait(st.bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
+      model.backward(slot, op.chunk, loss_scale);
+      pp.wait(st.fwd_sent[slot]);
+      if (c.send_to_rank >= 0) {
+        st.bwd_sent[slot] = pp.isend(model.grad_input(slot), c.send_to_rank,
+                                     tag(op.microbatch, c.virtual_stage, 1));
+      }
+      st.free_slots.push_back(slot);
     }
   }
-  for (CommRequest& r : bwd_sent) pp.wait(r);
-  for (CommRequest& r : fwd_sent) pp.wait(r);
+  for (CommRequest& r : st.bwd_sent) pp.wait(r);
+  for (CommRequest& r : st.fwd_sent) pp.wait(r);
   return loss_sum;
 }
 
 }  // namespace
+
+void PipelineState::reset(int slots, int max_microbatches, int virtual_stages) {
+  chunks = virtual_stages;
+  slot_of.assign(static_cast<size_t>(max_microbatches) * virtual_stages, -1);
+  free_slots.clear();
+  free_slots.reserve(slots);
+  for (int s = slots - 1; s >= 0; --s) free_slots.push_back(s);
+  fwd_sent.assign(slots, CommRequest{});
+  bwd_sent.assign(slots, CommRequest{});
+}
 
 StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int64_t micro_steps,
                       int64_t batch_tokens, double lr, double grad_clip, int32_t* tokens,

@@ -80,10 +80,21 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   opts.micro_batch = mb;
   opts.seq = seq_;
   const int pp = grid_.pp_size(), stage = grid_.pp_rank();
-  stage_layers_ = cfg_.parallel.stage_layers.empty() ? balance_stage_layers(cfg_.model, pp)
-                                                     : cfg_.parallel.stage_layers;
-  for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
-  opts.num_layers = stage_layers_[stage];
+  const int v = static_cast<int>(cfg_.parallel.virtual_stages);
+  if (v > 1) {
+    // Interleaved: layers cut into pp x v equal chunks; rank r holds chunks r, r + pp, ...
+    const int64_t per_chunk = cfg_.model.layers / (pp * v);
+    stage_layers_.assign(pp, per_chunk * v);
+    opts.first_layer = stage * per_chunk;
+    opts.num_layers = per_chunk;
+    opts.chunks = v;
+    opts.chunk_stride = pp * per_chunk;
+  } else {
+    stage_layers_ = cfg_.parallel.stage_layers.empty() ? balance_stage_layers(cfg_.model, pp)
+                                                       : cfg_.parallel.stage_layers;
+    for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
+    opts.num_layers = stage_layers_[stage];
+  }
   opts.recompute = cfg_.parallel.recompute == "full"        ? Recompute::full
                    : cfg_.parallel.recompute == "selective" ? Recompute::selective
                                                             : Recompute::none;
@@ -93,7 +104,13 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   // Activation sets: the most microbatches this stage holds at once in 1F1B, over the
   // largest number of microbatches a step can have (the batch ramp only shrinks it).
   const int max_micro = static_cast<int>(cfg_.train.global_batch / (mb * dp));
-  opts.slots = pp > 1 ? max_in_flight(pipeline_schedule(pp, stage, max_micro, 1)) : 1;
+  if (v > 1 && max_micro % pp != 0) {
+    throw UserError(fmt::format("{}: parallel.virtual_stages = {} needs the microbatches per "
+                                "step ({}) to be a multiple of parallel.pp = {}",
+                                cfg_.source, v, max_micro, pp));
+  }
+  opts.slots = pp > 1 ? max_in_flight(pipeline_schedule(pp, stage, max_micro, v)) : 1;
+  if (pp > 1) pipeline_.reset(static_cast<int>(opts.slots), max_micro, v);
   opts.compute_dtype = compute_dtype(cfg_.train.precision);
   opts.flat_multiple = dp;
   model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, grid_.tp());
@@ -112,6 +129,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   groups_.tp_rank = grid_.tp_rank();
   groups_.embedding = grid_.embedding();
   groups_.pp = pp > 1 ? &grid_.pp() : nullptr;
+  groups_.pipeline = &pipeline_;
   groups_.tp = &grid_.tp();
   tokens_.resize(mb * seq_);
   targets_.resize(mb * seq_);
@@ -146,10 +164,11 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
     std::string split;
     for (int64_t n : stage_layers_) split += fmt::format("{}{}", split.empty() ? "" : " ", n);
     print(fmt::format("pipeline: {} stages, layers per stage {} (embedding and head counted "
-                      "as {:.2f} layers{}), 1F1B, {} microbatches per step",
+                      "as {:.2f} layers{}), {}, {} microbatches per step",
                       pp, split,
                       static_cast<double>(cfg_.model.padded_vocab()) / (12.0 * cfg_.model.d_model),
                       cfg_.parallel.stage_layers.empty() ? "" : "; given by parallel.stage_layers",
+                      v > 1 ? fmt::format("interleaved 1F1B with {} chunks per rank", v) : "1F1B",
                       max_micro));
   }
   print(fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", cfg_.data.train,
@@ -174,15 +193,20 @@ double Trainer::evaluate() {
   const int stage = grid_.pp_rank();
   for (int64_t k = 0; k < cfg_.train.eval_batches / grid_.dp_size(); ++k) {
     valid_batches_->next(tokens_.data(), targets_.data());
-    // Forward only: activations flow one way, so plain waits cannot deadlock.
-    if (!grid_.first_stage()) {
-      CommRequest r = pp.irecv(model_->input(0), stage - 1, 0);
-      pp.wait(r);
-    }
-    sum += model_->forward(0, tokens_.data(), targets_.data());
-    if (!grid_.last_stage()) {
-      CommRequest r = pp.isend(model_->output(0), stage + 1, 0);
-      pp.wait(r);
+    // Forward only, through every model chunk in virtual-stage order: activations flow one
+    // way, so plain waits cannot deadlock.
+    const int v = static_cast<int>(cfg_.parallel.virtual_stages);
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const PipeOpComm c = pipeline_op_comm({PipeOp::forward, 0, chunk}, grid_.pp_size(), stage, v);
+      if (c.recv_from_rank >= 0) {
+        CommRequest r = pp.irecv(model_->input(0), c.recv_from_rank, 0);
+        pp.wait(r);
+      }
+      sum += model_->forward(0, chunk, tokens_.data(), targets_.data());
+      if (c.send_to_rank >= 0) {
+        CommRequest r = pp.isend(model_->output(0), c.send_to_rank, 0);
+        pp.wait(r);
+      }
     }
   }
   sum = grid_.dp().all_reduce_scalar(sum, ReduceOp::sum);
@@ -220,7 +244,13 @@ TrainSummary Trainer::run() {
     }
     const int64_t micro_steps = batch / (cfg_.parallel.micro_batch * grid_.dp_size());
     if (groups_.pp) {
-      schedule_ = pipeline_schedule(grid_.pp_size(), grid_.pp_rank(), static_cast<int>(micro_steps), 1);
+      const int v = static_cast<int>(cfg_.parallel.virtual_stages);
+      if (v > 1 && micro_steps % grid_.pp_size() != 0) {
+        throw UserError(fmt::format("step {}: {} microbatches (batch ramp-up) is not a multiple "
+                                    "of parallel.pp = {}, which interleaving needs",
+                                    step, micro_steps, grid_.pp_size()));
+      }
+      schedule_ = pipeline_schedule(grid_.pp_size(), grid_.pp_rank(), static_cast<int>(micro_steps), v);
       groups_.schedule = &schedule_;
     }
     const StepResult r = train_step(*model_, *optimizer_, *train_batches_, micro_steps,

@@ -44,6 +44,7 @@ struct ParallelConfig {
   int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
   std::string recompute = "none";
   bool sequence_parallel = false;  // norms and residuals split along the sequence over tp
+  int64_t virtual_stages = 1;      // model chunks per pipeline rank (interleaved 1F1B when > 1)
   std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo  // activation recomputation: "none", "selective", "full"
   double comm_timeout_s = 300;  // watchdog: a blocking communication waiting longer aborts the job
 };

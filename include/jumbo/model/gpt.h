@@ -32,9 +32,12 @@ struct GptOptions {
   DType compute_dtype = DType::f32;
   float layernorm_eps = 1e-5f;
   int64_t flat_multiple = 1;  // pad the flat parameter buffers (data-parallel shards)
-  // Pipeline stage: layers [first_layer, first_layer + num_layers); -1 = all.
+  // Pipeline stage: layers [first_layer, first_layer + num_layers); -1 = all. With
+  // interleaving the stage holds `chunks` such ranges, chunk_stride layers apart.
   int64_t first_layer = 0;
   int64_t num_layers = -1;
+  int64_t chunks = 1;
+  int64_t chunk_stride = 0;
   bool has_embedding = true;  // first stage
   bool has_head = true;       // last stage
   int64_t slots = 1;          // microbatches in flight (activation sets)
@@ -57,14 +60,20 @@ class GptModel {
   // One microbatch through this stage, into activation set `slot`. tokens (first stage) and
   // targets (last stage) are host arrays of micro_batch * seq ids; other stages read their
   // input from input(slot). Returns the sum of per-token losses on the last stage, else 0.
-  double forward(int slot, const int32_t* tokens, const int32_t* targets);
+  double forward(int slot, const int32_t* tokens, const int32_t* targets) {
+    return forward(slot, 0, tokens, targets);
+  }
+  // The same through model chunk `chunk` (interleaved pipelines): the embedding runs in chunk
+  // 0 of the first stage, the head in the last chunk of the last stage.
+  double forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets);
   // Backward of slot's microbatch. The last stage weights each token's loss by loss_scale;
   // other stages read d(output) from grad_output(). Leaves d(input) in grad_input(slot) on
   // stages without the embedding. Weight gradients accumulate into params().all_grads().
-  void backward(int slot, float loss_scale);
+  void backward(int slot, float loss_scale) { backward(slot, 0, loss_scale); }
+  void backward(int slot, int chunk, float loss_scale);
   // One-stage convenience: slot 0.
-  double forward(const int32_t* tokens, const int32_t* targets) { return forward(0, tokens, targets); }
-  void backward(float loss_scale) { backward(0, loss_scale); }
+  double forward(const int32_t* tokens, const int32_t* targets) { return forward(0, 0, tokens, targets); }
+  void backward(float loss_scale) { backward(0, 0, loss_scale); }
 
   // Stage boundary tensors, [B, S, C] ([B, S/tp, C] with sequence parallelism).
   Tensor input(int slot) { return slots_[slot].encoded; }
@@ -104,6 +113,7 @@ class GptModel {
   struct Slot {
     Tensor tokens, targets, encoded, dinput;
     std::vector<LayerActs> layers;
+    int chunk = 0;  // the model chunk whose microbatch the slot holds
   };
 
   void register_params();
@@ -130,7 +140,7 @@ class GptModel {
   std::vector<int> sequence_partial_;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
-  std::vector<LayerParams> layer_params_;  // this stage's layers
+  std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk
   Arena acts_arena_;
   std::vector<Slot> slots_;
   // The head runs forward and backward of one microbatch back to back (the last stage has

@@ -19,6 +19,16 @@ class MicrobatchSource {
   virtual void next(int32_t* tokens, int32_t* targets) = 0;
 };
 
+// Bookkeeping of a pipeline stage's step, sized once by the trainer: which activation set
+// holds each (microbatch, chunk) in flight, and the sends not yet waited for.
+struct PipelineState {
+  int chunks = 1;
+  std::vector<int> slot_of;      // [microbatch * chunks + chunk]
+  std::vector<int> free_slots;
+  std::vector<CommRequest> fwd_sent, bwd_sent;  // per slot
+  void reset(int slots, int max_microbatches, int virtual_stages);
+};
+
 // Where a step's partial results are combined. Defaults: one rank.
 struct StepGroups {
   GradSync* grad_sync = nullptr;  // data parallel: bucketed reduction of the main grads
@@ -28,6 +38,7 @@ struct StepGroups {
   Comm* pp = nullptr;             // pipeline: this rank's stage neighbours (rank = stage)
   Comm* tp = nullptr;             // sequence parallel: sums the norms' partial gradients
   const std::vector<PipeOp>* schedule = nullptr;  // pipeline: this stage's ops for the step
+  PipelineState* pipeline = nullptr;
   int tp_rank = 0;
 };
 

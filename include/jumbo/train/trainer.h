@@ -54,6 +54,7 @@ class Trainer {
   StepGroups groups_;
   std::vector<int64_t> stage_layers_;
   std::vector<PipeOp> schedule_;
+  PipelineState pipeline_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<IndexedDataset> train_data_, valid_data_;

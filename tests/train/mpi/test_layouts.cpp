@@ -177,6 +177,26 @@ TEST(LayoutsBf16, AllThreeKindsTrackTheOneRankRun) {
   }
 }
 
+// Interleaved 1F1B: 8 layers as pp x 2 chunks; rank r holds chunks r and r + pp.
+TEST(Layouts, InterleavedPipelineMatchesOneRank) {
+  static const RefRun ref = reference("fp32");
+  auto w = mpi_world();
+  for (auto [tp, pp] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}}) {
+    if (w->size() % (tp * pp) != 0) continue;
+    RunConfig cfg = layout_config(tp, pp, tp > 1, "fp32", "none", tp > 1);
+    cfg.parallel.virtual_stages = 2;
+    auto backend = make_cpu_backend();
+    Trainer t(cfg, *backend, w);
+    EXPECT_EQ(t.model().options().chunks, 2);
+    const TrainSummary s = t.run();
+    for (size_t i = 0; i < s.losses.size(); ++i) {
+      EXPECT_NEAR(s.losses[i], ref.losses[i], 1e-5 * ref.losses[i])
+          << "step " << i + 1 << " tp " << tp << " pp " << pp;
+    }
+    expect_same_weights(t, ref.reference_weights, 1e-4);
+  }
+}
+
 TEST(Layouts, ExplicitUnevenStageSplitMatchesOneRank) {
   static const RefRun ref = reference("fp32");
   auto w = mpi_world();
