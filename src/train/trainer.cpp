@@ -250,7 +250,11 @@ TrainSummary Trainer::run() {
                                     "of parallel.pp = {}, which interleaving needs",
                                     step, micro_steps, grid_.pp_size()));
       }
-      schedule_ = pipeline_schedule(grid_.pp_size(), grid_.pp_rank(), static_cast<int>(micro_steps), v);
+      if (schedule_micro_steps_ != micro_steps) {  // changes only during the batch ramp-up
+        schedule_ = pipeline_schedule(grid_.pp_size(), grid_.pp_rank(),
+                                      static_cast<int>(micro_steps), v);
+        schedule_micro_steps_ = micro_steps;
+      }
       groups_.schedule = &schedule_;
     }
     const StepResult r = train_step(*model_, *optimizer_, *train_batches_, micro_steps,

@@ -54,6 +54,7 @@ class Trainer {
   StepGroups groups_;
   std::vector<int64_t> stage_layers_;
   std::vector<PipeOp> schedule_;
+  int64_t schedule_micro_steps_ = -1;
   PipelineState pipeline_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
