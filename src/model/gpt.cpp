@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -40,6 +41,7 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   vocab_padded_ = cfg_.padded_vocab(tp_size_);
   vocab_local_ = vocab_padded_ / tp_size_;
   vocab_start_ = tp_rank_ * vocab_local_;
+  vocab_valid_ = std::clamp<int64_t>(cfg_.vocab - vocab_start_, 0, vocab_local_);
   heads_local_ = cfg_.heads / tp_size_;
   ffn_local_ = cfg_.ffn_dim() / tp_size_;
   sp_ = opts_.sequence_parallel && tp_size_ > 1;
@@ -227,6 +229,8 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   const int64_t n = opts_.micro_batch * opts_.seq;
   // Tied head: logits for this rank's vocab slice only.
   backend_.linear_fwd(logits_, lnf_full_.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
+  // Padded vocabulary columns (their number depends on tp) take no part in the softmax.
+  backend_.fill_columns(logits_, vocab_valid_, -INFINITY);
   // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
   backend_.ce_local_max(ce_max_, logits_);
   tp_.all_reduce(ce_max_, ReduceOp::max);
@@ -291,6 +295,7 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
   const int64_t n = opts_.micro_batch * opts_.seq, c = cfg_.d_model;
   // dlogits overwrite the logits in place.
   backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
+  backend_.fill_columns(logits_, vocab_valid_, 0.0f);
   backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
                       lnf_full_.view({n, c}), params_.weight(wte_), false);
   reduce_to_part(dln_, dln_part_);  // the head is column-parallel over the vocabulary

@@ -171,3 +171,31 @@ TEST(Reductions, SumSquaresAndScale) {
 
 }  // namespace
 }  // namespace jumbo::test
+
+namespace jumbo {
+namespace {
+
+TEST(FillColumns, MasksTheColumnsFromFirstColOnInEveryRow) {
+  auto backend = make_cpu_backend();
+  Arena arena(1 << 12, "test");
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor t = arena.alloc(dt, {3, 7});
+    backend->fill(t, 2.0f);
+    backend->fill_columns(t, 4, -INFINITY);
+    Tensor f = arena.alloc(DType::f32, {3, 7});
+    backend->copy(f, t);
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 7; ++c) {
+        const float v = f.as<float>()[r * 7 + c];
+        if (c < 4) EXPECT_EQ(v, 2.0f) << r << "," << c;
+        else EXPECT_TRUE(std::isinf(v) && v < 0) << r << "," << c;
+      }
+    }
+    backend->fill_columns(t, 7, 5.0f);  // nothing past the last column
+    backend->copy(f, t);
+    EXPECT_EQ(f.as<float>()[0], 2.0f);
+  }
+}
+
+}  // namespace
+}  // namespace jumbo

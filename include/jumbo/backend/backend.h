@@ -99,6 +99,11 @@ class Backend {
   virtual void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
                       int64_t vocab_start, float scale) = 0;
 
+  // t[:, first_col:] = value for a 2-d tensor [rows, cols]. Masks the padded vocabulary
+  // columns of the logits (-inf before the loss, 0 in their gradient), so padding, which
+  // depends on tp, never changes the model.
+  virtual void fill_columns(Tensor t, int64_t first_col, float value) = 0;
+
   // ---- optimizer and reductions (f32 master, grads and state) ----
   // AdamW on one parameter range; compute_copy (may be empty) receives the new weights in
   // the compute dtype (the bf16 copy in mixed precision).

@@ -26,6 +26,9 @@ class CpuBackend final : public Backend {
   Arena make_arena(size_t bytes, const std::string& name) override { return Arena(bytes, name); }
   void fill(Tensor t, float value) override { cpu::fill(t, value); }
   void copy(Tensor dst, Tensor src) override { cpu::copy(dst, src); }
+  void fill_columns(Tensor t, int64_t first_col, float value) override {
+    cpu::fill_columns(t, first_col, value);
+  }
 
   void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) override {
     cpu::token_embedding_fwd(out, tokens, wte, vocab_start);

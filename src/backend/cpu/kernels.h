@@ -36,6 +36,7 @@ class Scratch {
 };
 
 void fill(Tensor t, float value);
+void fill_columns(Tensor t, int64_t first_col, float value);
 void copy(Tensor dst, Tensor src);
 void gelu_fwd(Tensor out, Tensor in);
 void gelu_bwd(Tensor din, Tensor dout, Tensor in);

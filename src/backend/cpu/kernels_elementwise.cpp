@@ -24,6 +24,19 @@ void fill(Tensor t, float value) {
   });
 }
 
+void fill_columns(Tensor t, int64_t first_col, float value) {
+  const int64_t cols = t.dim(-1), rows = t.numel() / cols;
+  if (first_col >= cols) return;
+  dispatch_float(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = first_col; c < cols; ++c) store(p + r * cols, c, value);
+    }
+  });
+}
+
 void copy(Tensor dst, Tensor src) {
   expect(dst.numel() == src.numel(), "copy: element counts differ");
   const int64_t n = dst.numel();
