@@ -157,6 +157,14 @@ void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
             t.grad_clip);
   c.at_least("train.eval_every", t.eval_every, 0);
   c.at_least("train.eval_batches", t.eval_batches, 1);
+  c.require(t.eval_every == 0 || t.eval_batches % dp == 0,
+            "train.eval_batches = {} is not a multiple of the data-parallel size {}",
+            t.eval_batches, dp);
+  const int64_t pp = cfg.parallel.pp, v = cfg.parallel.virtual_stages;
+  c.require(v <= 1 || per_step_unit <= 0 || (t.global_batch / per_step_unit) % pp == 0,
+            "parallel.virtual_stages = {} needs the microbatches per step (train.global_batch / "
+            "(micro_batch x dp) = {}) to be a multiple of parallel.pp = {}",
+            v, per_step_unit > 0 ? t.global_batch / per_step_unit : 0, pp);
   c.require(t.threads >= 0, "train.threads = {}: expected >= 0 (0 = OMP_NUM_THREADS or cores)",
             t.threads);
 }

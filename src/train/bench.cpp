@@ -43,7 +43,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   GptOptions g;
   g.micro_batch = opts.micro_batch;
   g.seq = opts.seq;
-  g.compute_dtype = opts.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  g.compute_dtype = compute_dtype_of(opts.precision);
   auto world = mpi_world();
   GptModel gpt(m, g, backend, *world);
   gpt.initialize(1234);

@@ -55,8 +55,4 @@ double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>
   return sum;
 }
 
-double grad_norm(ParamStore& params, Backend& backend) {
-  return std::sqrt(backend.sum_squares(params.all_grads()));
-}
-
 }  // namespace jumbo

@@ -17,8 +17,6 @@
 namespace jumbo {
 namespace {
 
-DType compute_dtype(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
-
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -35,12 +33,6 @@ namespace {
 // Validates before the grid is built, so a layout that does not fit fails with one line.
 const RunConfig& validated(const RunConfig& cfg, int world_size) {
   validate(cfg, world_size);
-  const int64_t dp = world_size / (cfg.parallel.tp * cfg.parallel.pp);
-  if (cfg.train.eval_every > 0 && cfg.train.eval_batches % dp != 0) {
-    throw UserError(fmt::format("{}: train.eval_batches = {} is not a multiple of the "
-                                "data-parallel size {}",
-                                cfg.source, cfg.train.eval_batches, dp));
-  }
   return cfg;
 }
 }  // namespace
@@ -104,14 +96,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   // Activation sets: the most microbatches this stage holds at once in 1F1B, over the
   // largest number of microbatches a step can have (the batch ramp only shrinks it).
   const int max_micro = static_cast<int>(cfg_.train.global_batch / (mb * dp));
-  if (v > 1 && max_micro % pp != 0) {
-    throw UserError(fmt::format("{}: parallel.virtual_stages = {} needs the microbatches per "
-                                "step ({}) to be a multiple of parallel.pp = {}",
-                                cfg_.source, v, max_micro, pp));
-  }
   opts.slots = pp > 1 ? max_in_flight(pipeline_schedule(pp, stage, max_micro, v)) : 1;
   if (pp > 1) pipeline_.reset(static_cast<int>(opts.slots), max_micro, v);
-  opts.compute_dtype = compute_dtype(cfg_.train.precision);
+  opts.compute_dtype = compute_dtype_of(cfg_.train.precision);
   opts.flat_multiple = dp;
   model_ = std::make_unique<GptModel>(cfg_.model, opts, backend_, grid_.tp());
   model_->initialize(cfg_.train.seed);

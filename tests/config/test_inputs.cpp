@@ -108,7 +108,9 @@ TEST_F(ShippedInputs, JumboLayoutOfThePublishedRunValidates) {
   // 76 layers do not split evenly into 6 stages, which validate allows (pp <= layers).
   const RunConfig cfg = load_run_config(
       "inputs/runs/demo.toml", {"model.preset=inputs/models/j1-jumbo.toml", "parallel.tp=8",
-                                "parallel.pp=6", "parallel.micro_batch=1", "train.global_batch=1536"});
+                                "parallel.pp=6", "parallel.micro_batch=1", "train.global_batch=1536",
+                                // evaluation microbatches are shared by the 48 dp ranks
+                                "train.eval_batches=48"});
   EXPECT_NO_THROW(validate(cfg, 2304));
   EXPECT_EQ(cfg.model.padded_vocab(8), 256000);  // already a multiple of 128 x 8
   EXPECT_THROW(validate(cfg, 2300), UserError);

@@ -179,3 +179,19 @@ TEST(Load, StageLayersMustBeAnArrayOfIntegers) {
 
 }  // namespace
 }  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+TEST(Validate, LayoutDependentBatchRules) {
+  // 4 data-parallel ranks cannot share 5 evaluation microbatches.
+  expect_error({"train.eval_batches=5", "train.global_batch=8", "parallel.micro_batch=1"},
+               {"train.eval_batches = 5", "data-parallel size 4"}, 4);
+  // Interleaving over 2 stages needs an even number of microbatches per step (6 / 2 = 3).
+  expect_error({"parallel.pp=2", "parallel.virtual_stages=2", "model.layers=4",
+                "train.global_batch=6", "parallel.micro_batch=2"},
+               {"parallel.virtual_stages = 2", "= 3", "parallel.pp = 2"}, 2);
+}
+
+}  // namespace
+}  // namespace jumbo

@@ -26,6 +26,10 @@ namespace jumbo {
 // full keeps only each layer's input and recomputes the whole layer in the backward.
 enum class Recompute { none, selective, full };
 
+// The storage type of weights and activations for a precision mode (master weights, main
+// grads and optimizer state are f32 in both).
+inline DType compute_dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
+
 struct GptOptions {
   int64_t micro_batch = 1;
   int64_t seq = 0;  // <= context

@@ -47,7 +47,5 @@ class AdamW {
 // group (model-parallel, or world under ZeRO-1) it is the global norm squared.
 double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
                          Tensor grads, Backend& backend, int tp_rank);
-// One rank: the global L2 norm of all main grads.
-double grad_norm(ParamStore& params, Backend& backend);
 
 }  // namespace jumbo

@@ -66,7 +66,8 @@ struct RefRun {
 };
 
 // The one-rank run, on rank 0 of the job; losses broadcast to every rank.
-RefRun reference(const std::string& precision) {
+// The run of `cfg` (a one-rank layout) on rank 0 alone; its results broadcast to every rank.
+RefRun solo_run(const RunConfig& cfg) {
   data_dir();  // collective: every rank, before rank 0 goes off alone
   auto w = mpi_world();
   auto solo = w->split(w->rank() == 0 ? 0 : -1, 0, "solo");
@@ -74,7 +75,7 @@ RefRun reference(const std::string& precision) {
   std::vector<float> losses(10);
   if (solo) {
     auto backend = make_cpu_backend();
-    Trainer t(layout_config(1, 1, false, precision), *backend, solo);
+    Trainer t(cfg, *backend, solo);
     const TrainSummary s = t.run();
     for (size_t i = 0; i < losses.size(); ++i) losses[i] = static_cast<float>(s.losses[i]);
     Tensor m = t.model().params().all_master();
@@ -88,6 +89,10 @@ RefRun reference(const std::string& precision) {
   r.reference_weights.resize(size[0]);
   w->broadcast(Tensor(r.reference_weights.data(), DType::f32, {size[0]}), 0);
   return r;
+}
+
+RefRun reference(const std::string& precision) {
+  return solo_run(layout_config(1, 1, false, precision));
 }
 
 // Compares every element this rank holds with the same global element of the reference.
@@ -203,18 +208,9 @@ TEST(Layouts, VocabularyPaddingDoesNotChangeTheModel) {
   auto w = mpi_world();
   const int tp = w->size() % 8 == 0 ? 8 : (w->size() % 2 == 0 ? 2 : 1);
   if (tp == 1) GTEST_SKIP() << "needs tensor parallelism";
-  data_dir();
-  auto solo = w->split(w->rank() == 0 ? 0 : -1, 0, "solo");
-  std::vector<float> ref(10);
-  if (solo) {
-    RunConfig cfg = layout_config(1, 1, false, "fp32");
-    cfg.model.vocab = 500;
-    auto backend = make_cpu_backend();
-    Trainer t(cfg, *backend, solo);
-    const TrainSummary s = t.run();
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] = static_cast<float>(s.losses[i]);
-  }
-  w->broadcast(Tensor(ref.data(), DType::f32, {10}), 0);
+  RunConfig one = layout_config(1, 1, false, "fp32");
+  one.model.vocab = 500;
+  const std::vector<double> ref = solo_run(one).losses;
   RunConfig cfg = layout_config(tp, 1, false, "fp32");
   cfg.model.vocab = 500;
   auto backend = make_cpu_backend();
