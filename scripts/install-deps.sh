@@ -10,6 +10,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcurl4-openssl-dev python3-h5py
 )
 
 # Root runs apt directly (containers, CI); anyone else goes through sudo.
@@ -52,3 +53,20 @@ for library in libblas.so.3 libopenblas.so.0 liblapack.so.3; do
     as_root update-alternatives --set "$name" "$want"
   fi
 done
+
+# s3rver, a local S3 API for the S3 checkpoint tests (tests/ckpt/s3.sh), from npm into the
+# user's cache: Debian does not package it. Node and npm come from Debian when npm is absent.
+s3rver_prefix=$HOME/.cache/jumbo/npm
+if [[ -x $s3rver_prefix/node_modules/.bin/s3rver ]]; then
+  echo "install-deps: s3rver present ($s3rver_prefix)"
+else
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: installing nodejs npm"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -q
+    as_root apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  echo "install-deps: installing s3rver@3.7.1 into $s3rver_prefix"
+  mkdir -p "$s3rver_prefix"
+  npm install --prefix "$s3rver_prefix" --no-audit --no-fund s3rver@3.7.1
+fi

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   jumbo::cli::add_info_verb(app, run);
   jumbo::cli::add_data_verb(app, run);
   jumbo::cli::add_bench_verb(app, run);
+  jumbo::cli::add_ckpt_verb(app, run);
   int code = 0;
   try {
     app.parse(argc, argv);

@@ -12,5 +12,6 @@ void add_train_verb(CLI::App& app, VerbRunner& run);
 void add_info_verb(CLI::App& app, VerbRunner& run);
 void add_data_verb(CLI::App& app, VerbRunner& run);
 void add_bench_verb(CLI::App& app, VerbRunner& run);
+void add_ckpt_verb(CLI::App& app, VerbRunner& run);
 
 }  // namespace jumbo::cli

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -158,6 +159,45 @@ class MpiComm final : public Comm {
     MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_);
     return out;
   }
+  std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int root) override {
+    const BlockingOp watch("gather", name_);
+    std::vector<std::vector<char>> out;
+    if (size_ == 1) {
+      out.push_back(mine);
+      return out;
+    }
+    const int n = checked_int(mine.size());
+    std::vector<int> counts(rank_ == root ? size_ : 0), displs;
+    MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm_);
+    std::vector<char> all;
+    if (rank_ == root) {
+      int64_t total = 0;
+      for (int c : counts) {
+        displs.push_back(checked_int(static_cast<size_t>(total)));
+        total += c;
+      }
+      all.resize(static_cast<size_t>(total));
+    } else {
+      bytes_sent_ += mine.size();
+    }
+    MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                root, comm_);
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        out.emplace_back(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+      }
+    }
+    return out;
+  }
+  void broadcast_bytes(std::vector<char>& bytes, int root) override {
+    const BlockingOp watch("broadcast", name_);
+    if (size_ == 1) return;
+    int64_t n = static_cast<int64_t>(bytes.size());
+    MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
+    bytes.resize(static_cast<size_t>(n));
+    if (rank_ == root) bytes_sent_ += bytes.size();
+    MPI_Bcast(bytes.data(), checked_int(bytes.size()), MPI_BYTE, root, comm_);
+  }
   std::shared_ptr<Comm> split(int color, int key, const std::string& name) override {
     MPI_Comm sub = MPI_COMM_NULL;
     MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub);
@@ -183,6 +223,12 @@ class MpiComm final : public Comm {
   // Bytes handed to the network: nothing for a group of one.
   void count(const Tensor& t) {
     if (size_ > 1) bytes_sent_ += t.bytes();
+  }
+  int checked_int(size_t n) const {
+    if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      throw std::logic_error(fmt::format("{}: {} bytes exceed MPI's int count", name_, n));
+    }
+    return static_cast<int>(n);
   }
   int slot_of(MPI_Request* r) const { return static_cast<int>(r - requests_.data()); }
   void check_blocks(const Tensor& whole, const Tensor& block, const char* what) const {

@@ -182,14 +182,27 @@ void check_data(const Checks& c, const RunConfig& cfg) {
 
 void check_checkpoint(const Checks& c, const CheckpointConfig& k) {
   c.at_least("checkpoint.every", k.every, 0);
-  c.require(k.every == 0,
-            "checkpoint.every = {}: saving checkpoints is not supported by this build yet "
-            "(expected 0)",
+  c.at_least("checkpoint.keep_last", k.keep_last, 0);
+  c.at_least("checkpoint.keep_every", k.keep_every, 0);
+  c.require(!k.resume.empty(),
+            "checkpoint.resume is empty: expected \"none\", \"auto\", a step number or the "
+            "path of a checkpoint directory");
+  c.require(k.every == 0 || !k.dir.empty(),
+            "checkpoint.every = {} but checkpoint.dir is empty: expected a directory or "
+            "s3://bucket/prefix to save into",
             k.every);
-  c.require(k.resume == "none",
-            "checkpoint.resume = \"{}\": resuming from checkpoints is not supported by this "
-            "build yet (expected \"none\")",
+  const bool step_number =
+      k.resume.find_first_not_of("0123456789") == std::string::npos && !k.resume.empty();
+  c.require(!(k.resume == "auto" || step_number) || !k.dir.empty(),
+            "checkpoint.resume = \"{}\" but checkpoint.dir is empty: expected the directory "
+            "the checkpoints are in",
             k.resume);
+  c.require(k.keep_every == 0 || k.every == 0 || k.keep_every % k.every == 0,
+            "checkpoint.keep_every = {} is not a multiple of checkpoint.every = {}: no saved "
+            "step would be kept for good",
+            k.keep_every, k.every);
+  c.require(k.dir.rfind("s3://", 0) != 0 || k.dir.size() > 5,
+            "checkpoint.dir = \"{}\": expected s3://bucket or s3://bucket/prefix", k.dir);
 }
 
 void check_log(const Checks& c, const LogConfig& l) {

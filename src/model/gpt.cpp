@@ -58,55 +58,89 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   host_losses_.resize(opts_.micro_batch * opts_.seq);
 }
 
-void GptModel::register_params() {
-  const int64_t c = cfg_.d_model, f = cfg_.ffn_dim(), l = cfg_.layers;
-  const int64_t c3 = 3 * c, c3_local = c3 / tp_size_, c_local = c / tp_size_;
+std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
+                                        int64_t tp_rank, int64_t tp_size) {
+  std::vector<ParamInfo> out;
+  const int64_t c = cfg.d_model, f = cfg.ffn_dim(), l = cfg.layers;
+  const int64_t c3 = 3 * c, c3_local = c3 / tp_size, c_local = c / tp_size;
+  const int64_t ffn_local = f / tp_size;
+  const int64_t vocab_padded = cfg.padded_vocab(tp_size), vocab_local = vocab_padded / tp_size;
+  const int64_t num_layers = opts.num_layers < 0 ? l - opts.first_layer : opts.num_layers;
   const float std = 0.02f;
   // GPT-2/3: residual output projections scaled by 1/sqrt(2 x layers).
   const float resid_std = std / std::sqrt(2.0f * static_cast<float>(l));
   const auto N = InitKind::normal, ONE = InitKind::ones, ZERO = InitKind::zeros;
   // The tied embedding comes first in the flat buffer on the first and the last stage: its
   // gradient is final only after the embedding-group sum, so its bucket is reduced last.
-  if (opts_.has_embedding || opts_.has_head) {
-    ParamInfo wte = make_param("embedding.word", {vocab_padded_, c}, {vocab_start_, 0},
-                               {vocab_local_, c}, N, std, true, false);
-    wte.pipeline_copy = !opts_.has_embedding;
-    wte_ = params_.add(wte);
+  if (opts.has_embedding || opts.has_head) {
+    ParamInfo wte = make_param("embedding.word", {vocab_padded, c}, {tp_rank * vocab_local, 0},
+                               {vocab_local, c}, N, std, true, false);
+    wte.pipeline_copy = !opts.has_embedding;
+    wte.valid_rows = cfg.vocab;
+    out.push_back(wte);
   }
-  if (opts_.has_embedding) {
-    wpe_ = params_.add(make_param("embedding.position", {cfg_.context, c}, {0, 0},
-                                  {cfg_.context, c}, N, std, true, true));
+  if (opts.has_embedding) {
+    out.push_back(make_param("embedding.position", {cfg.context, c}, {0, 0}, {cfg.context, c}, N,
+                             std, true, true));
   }
-  for (int64_t chunk = 0; chunk < opts_.chunks; ++chunk)
-  for (int64_t i = opts_.first_layer + chunk * opts_.chunk_stride;
-       i < opts_.first_layer + chunk * opts_.chunk_stride + opts_.num_layers; ++i) {
+  for (int64_t chunk = 0; chunk < opts.chunks; ++chunk)
+  for (int64_t i = opts.first_layer + chunk * opts.chunk_stride;
+       i < opts.first_layer + chunk * opts.chunk_stride + num_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    LayerParams lp{};
-    lp.ln1_w = params_.add(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    lp.ln1_b = params_.add(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    out.push_back(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true));
     // Column-parallel QKV: rows ordered per head (q, k, v), so a tp rank's heads are contiguous.
-    lp.qkv_w = params_.add(make_param(p + "attn.qkv.weight", {c3, c}, {tp_rank_ * c3_local, 0},
-                                      {c3_local, c}, N, std, true, false));
-    lp.qkv_b = params_.add(make_param(p + "attn.qkv.bias", {c3}, {tp_rank_ * c3_local},
-                                      {c3_local}, ZERO, 0, false, false));
+    out.push_back(make_param(p + "attn.qkv.weight", {c3, c}, {tp_rank * c3_local, 0},
+                             {c3_local, c}, N, std, true, false));
+    out.push_back(make_param(p + "attn.qkv.bias", {c3}, {tp_rank * c3_local}, {c3_local}, ZERO, 0,
+                             false, false));
     // Row-parallel output projection: columns split.
-    lp.proj_w = params_.add(make_param(p + "attn.proj.weight", {c, c}, {0, tp_rank_ * c_local},
-                                       {c, c_local}, N, resid_std, true, false));
-    lp.proj_b = params_.add(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
-    lp.ln2_w = params_.add(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    lp.ln2_b = params_.add(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
-    lp.fc1_w = params_.add(make_param(p + "mlp.fc1.weight", {f, c}, {tp_rank_ * ffn_local_, 0},
-                                      {ffn_local_, c}, N, std, true, false));
-    lp.fc1_b = params_.add(make_param(p + "mlp.fc1.bias", {f}, {tp_rank_ * ffn_local_},
-                                      {ffn_local_}, ZERO, 0, false, false));
-    lp.fc2_w = params_.add(make_param(p + "mlp.fc2.weight", {c, f}, {0, tp_rank_ * ffn_local_},
-                                      {c, ffn_local_}, N, resid_std, true, false));
-    lp.fc2_b = params_.add(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(make_param(p + "attn.proj.weight", {c, c}, {0, tp_rank * c_local},
+                             {c, c_local}, N, resid_std, true, false));
+    out.push_back(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    out.push_back(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(make_param(p + "mlp.fc1.weight", {f, c}, {tp_rank * ffn_local, 0},
+                             {ffn_local, c}, N, std, true, false));
+    out.push_back(make_param(p + "mlp.fc1.bias", {f}, {tp_rank * ffn_local}, {ffn_local}, ZERO, 0,
+                             false, false));
+    out.push_back(make_param(p + "mlp.fc2.weight", {c, f}, {0, tp_rank * ffn_local},
+                             {c, ffn_local}, N, resid_std, true, false));
+    out.push_back(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+  }
+  if (opts.has_head) {
+    out.push_back(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
+    out.push_back(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+  }
+  return out;
+}
+
+void GptModel::register_params() {
+  // Registration order is gpt_stage_params' order: [word], [position], 12 per layer, [norm].
+  for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size_)) params_.add(std::move(p));
+  int next = 0;
+  if (opts_.has_embedding || opts_.has_head) wte_ = next++;
+  if (opts_.has_embedding) wpe_ = next++;
+  const int64_t layers = opts_.chunks * opts_.num_layers;
+  for (int64_t i = 0; i < layers; ++i) {
+    LayerParams lp{};
+    lp.ln1_w = next++;
+    lp.ln1_b = next++;
+    lp.qkv_w = next++;
+    lp.qkv_b = next++;
+    lp.proj_w = next++;
+    lp.proj_b = next++;
+    lp.ln2_w = next++;
+    lp.ln2_b = next++;
+    lp.fc1_w = next++;
+    lp.fc1_b = next++;
+    lp.fc2_w = next++;
+    lp.fc2_b = next++;
     layer_params_.push_back(lp);
   }
   if (opts_.has_head) {
-    lnf_w_ = params_.add(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    lnf_b_ = params_.add(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    lnf_w_ = next++;
+    lnf_b_ = next++;
   }
   if (sp_) {
     // Norms and the position embedding see only this rank's part of the sequence.

@@ -15,7 +15,7 @@ int ParamStore::add(ParamInfo info) {
 
 void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multiple) {
   compute_dtype_ = compute_dtype;
-  total_ = (total_ + multiple - 1) / multiple * multiple;
+  pad_to(multiple);
   const size_t f32_bytes = static_cast<size_t>(total_) * 4;
   const bool separate_copy = compute_dtype != DType::f32;
   const size_t copy_bytes = separate_copy ? static_cast<size_t>(total_) * dtype_size(compute_dtype) : 0;

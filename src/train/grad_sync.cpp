@@ -5,31 +5,52 @@
 
 namespace jumbo {
 
-GradSync::GradSync(ParamStore& params, Backend& backend, Comm& dp, int64_t bucket_elems,
-                   bool zero1)
-    : params_(params), backend_(backend), dp_(dp), zero1_(zero1 && dp.size() > 1) {
-  const int64_t total = params.total_numel(), n = dp.size();
-  if (total % n != 0) throw std::logic_error("GradSync: flat buffer not padded to dp");
-  const int64_t size = std::max<int64_t>(n, (bucket_elems + n - 1) / n * n);
-  for (int64_t b = 0; b < total; b += size) buckets_.push_back({b, std::min(total, b + size)});
-  next_ = buckets_.size();
+std::vector<std::pair<int64_t, int64_t>> dp_buckets(int64_t total, int64_t dp_size,
+                                                    int64_t bucket_elems) {
+  if (total % dp_size != 0) throw std::logic_error("GradSync: flat buffer not padded to dp");
+  const int64_t size = std::max<int64_t>(dp_size, (bucket_elems + dp_size - 1) / dp_size * dp_size);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t b = 0; b < total; b += size) out.emplace_back(b, std::min(total, b + size));
+  return out;
+}
 
-  // Ranges this rank updates: every parameter (plain), or its intersection with the owned
-  // shard of each bucket (ZeRO-1), in flat order.
+std::vector<OptimRange> optimizer_ranges(const ParamStore& params,
+                                         const std::vector<std::pair<int64_t, int64_t>>& buckets,
+                                         int64_t dp_size, int64_t dp_rank, bool zero1,
+                                         int64_t* state_elems) {
+  // Every parameter (plain), or its intersection with the owned shard of each bucket (ZeRO-1),
+  // in flat order.
+  std::vector<OptimRange> ranges;
   int64_t local = 0;
-  for (Bucket& b : buckets_) {
-    b.owned_local = local;
-    const int64_t shard = (b.end - b.begin) / n;
-    const int64_t lo = zero1_ ? b.begin + dp.rank() * shard : b.begin;
-    const int64_t hi = zero1_ ? lo + shard : b.end;
+  for (const auto& [begin, end] : buckets) {
+    const int64_t shard = (end - begin) / dp_size;
+    const int64_t lo = zero1 ? begin + dp_rank * shard : begin;
+    const int64_t hi = zero1 ? lo + shard : end;
     for (size_t i = 0; i < params.size(); ++i) {
       const ParamInfo& p = params.info(static_cast<int>(i));
       const int64_t s = std::max(lo, p.flat_offset), e = std::min(hi, p.flat_offset + p.numel());
-      if (s < e) ranges_.push_back({s, zero1_ ? local + (s - lo) : s, e - s, static_cast<int>(i)});
+      if (s < e) ranges.push_back({s, zero1 ? local + (s - lo) : s, e - s, static_cast<int>(i)});
     }
-    if (zero1_) local += shard;
+    if (zero1) local += shard;
   }
-  state_elems_ = zero1_ ? local : total;
+  if (state_elems) *state_elems = zero1 ? local : params.total_numel();
+  return ranges;
+}
+
+GradSync::GradSync(ParamStore& params, Backend& backend, Comm& dp, int64_t bucket_elems,
+                   bool zero1)
+    : params_(params), backend_(backend), dp_(dp), zero1_(zero1 && dp.size() > 1) {
+  const int64_t n = dp.size();
+  int64_t local = 0;
+  for (const auto& [begin, end] : dp_buckets(params.total_numel(), n, bucket_elems)) {
+    buckets_.push_back({begin, end});
+    buckets_.back().owned_local = local;
+    if (zero1_) local += (end - begin) / n;
+  }
+  next_ = buckets_.size();
+  std::vector<std::pair<int64_t, int64_t>> bounds;
+  for (const Bucket& b : buckets_) bounds.emplace_back(b.begin, b.end);
+  ranges_ = optimizer_ranges(params, bounds, n, dp.rank(), zero1_, &state_elems_);
   if (zero1_) {
     owned_arena_ = backend.make_arena(static_cast<size_t>(local) * 4 + Arena::kAlign, "zero1-grads");
     owned_grads_ = owned_arena_.alloc(DType::f32, {local});

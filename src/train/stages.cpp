@@ -25,4 +25,22 @@ std::vector<int64_t> balance_stage_layers(const ModelConfig& m, int64_t pp) {
   return layers;
 }
 
+StageLayers stage_layer_range(const ModelConfig& m, int64_t pp, int64_t stage, int64_t v,
+                              const std::vector<int64_t>& stage_layers) {
+  StageLayers r;
+  if (v > 1) {
+    const int64_t per_chunk = m.layers / (pp * v);
+    r.per_stage.assign(static_cast<size_t>(pp), per_chunk * v);
+    r.first_layer = stage * per_chunk;
+    r.num_layers = per_chunk;
+    r.chunks = v;
+    r.chunk_stride = pp * per_chunk;
+  } else {
+    r.per_stage = stage_layers.empty() ? balance_stage_layers(m, pp) : stage_layers;
+    for (int64_t s = 0; s < stage; ++s) r.first_layer += r.per_stage[static_cast<size_t>(s)];
+    r.num_layers = r.per_stage[static_cast<size_t>(stage)];
+  }
+  return r;
+}
+
 }  // namespace jumbo

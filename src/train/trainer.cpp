@@ -12,6 +12,7 @@
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
 #include "jumbo/obs/peak.h"
+#include "jumbo/train/checkpoint_io.h"
 #include "jumbo/train/stages.h"
 
 namespace jumbo {
@@ -73,20 +74,13 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   opts.seq = seq_;
   const int pp = grid_.pp_size(), stage = grid_.pp_rank();
   const int v = static_cast<int>(cfg_.parallel.virtual_stages);
-  if (v > 1) {
-    // Interleaved: layers cut into pp x v equal chunks; rank r holds chunks r, r + pp, ...
-    const int64_t per_chunk = cfg_.model.layers / (pp * v);
-    stage_layers_.assign(pp, per_chunk * v);
-    opts.first_layer = stage * per_chunk;
-    opts.num_layers = per_chunk;
-    opts.chunks = v;
-    opts.chunk_stride = pp * per_chunk;
-  } else {
-    stage_layers_ = cfg_.parallel.stage_layers.empty() ? balance_stage_layers(cfg_.model, pp)
-                                                       : cfg_.parallel.stage_layers;
-    for (int s = 0; s < stage; ++s) opts.first_layer += stage_layers_[s];
-    opts.num_layers = stage_layers_[stage];
-  }
+  const StageLayers layers =
+      stage_layer_range(cfg_.model, pp, stage, v, cfg_.parallel.stage_layers);
+  stage_layers_ = layers.per_stage;
+  opts.first_layer = layers.first_layer;
+  opts.num_layers = layers.num_layers;
+  opts.chunks = layers.chunks;
+  opts.chunk_stride = layers.chunk_stride;
   opts.recompute = cfg_.parallel.recompute == "full"        ? Recompute::full
                    : cfg_.parallel.recompute == "selective" ? Recompute::selective
                                                             : Recompute::none;
@@ -161,6 +155,66 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   print(fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", cfg_.data.train,
                     train_data_->num_tokens(), train_sampler_->samples_per_epoch(), seq_ + 1,
                     cfg_.data.tokenizer));
+  if (!cfg_.checkpoint.dir.empty() || cfg_.checkpoint.resume != "none") {
+    checkpointer_ = std::make_unique<Checkpointer>(cfg_, *world_);
+    resume_from_checkpoint();
+  }
+}
+
+bool Trainer::writes_checkpoint() const {
+  // Data-parallel replicas hold copies; with ZeRO-1 each holds its own optimizer slice.
+  return grid_.dp_rank() == 0 || (grad_sync_ && grad_sync_->zero1());
+}
+
+std::vector<PieceData> Trainer::state_pieces(bool for_saving) {
+  const std::vector<OptimRange> all = all_param_ranges(model_->params());
+  return optimizer_state_pieces(model_->params(), grad_sync_ ? grad_sync_->ranges() : all,
+                                optimizer_->exp_avg(), optimizer_->exp_avg_sq(), for_saving);
+}
+
+void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
+  Manifest header;
+  CheckpointProgress& p = header.progress;
+  p.step = step;
+  p.consumed_samples = consumed_samples_;
+  p.consumed_tokens = consumed_tokens_;
+  p.optimizer_steps = optimizer_->steps_taken();
+  p.seed = cfg_.train.seed;
+  p.lr = lr;
+  p.global_batch = batch;
+  header.model = cfg_.model;
+  header.layout = {grid_.tp_size(), grid_.pp_size(), grid_.dp_size(),
+                   grad_sync_ && grad_sync_->zero1(), cfg_.parallel.virtual_stages,
+                   stage_layers_, to_string(cfg_.train.precision)};
+  header.data_train = cfg_.data.train;
+  header.tokenizer = cfg_.data.tokenizer;
+  const bool writer = writes_checkpoint();
+  checkpointer_->save(header, writer ? state_pieces(true) : std::vector<PieceData>{}, writer,
+                      shard_file_name(grid_.tp_rank(), grid_.pp_rank(), grid_.dp_rank()));
+}
+
+void Trainer::resume_from_checkpoint() {
+  const bool reader = writes_checkpoint();
+  const std::optional<Manifest> m = checkpointer_->resume(state_pieces(false), reader);
+  if (!m) return;
+  ParamStore& ps = model_->params();
+  if (grad_sync_ && !grad_sync_->zero1()) {
+    // dp rank 0 read the state; its replicas receive it over the data-parallel group.
+    grid_.dp().broadcast(ps.all_master(), 0);
+    grid_.dp().broadcast(optimizer_->exp_avg(), 0);
+    grid_.dp().broadcast(optimizer_->exp_avg_sq(), 0);
+  }
+  ps.refresh_compute_copy(backend_);
+  // ZeRO-1: each rank read only its shards; the weights of the others come from them.
+  if (grad_sync_) grad_sync_->gather_weights();
+  optimizer_->set_steps_taken(m->progress.optimizer_steps);
+  step_ = m->progress.step;
+  consumed_samples_ = m->progress.consumed_samples;
+  consumed_tokens_ = m->progress.consumed_tokens;
+  if (m->progress.seed != cfg_.train.seed) {
+    print(fmt::format("checkpoint: saved with train.seed = {}, this run has {}: the data order "
+                      "from here on follows the new seed", m->progress.seed, cfg_.train.seed));
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -215,11 +269,15 @@ TrainSummary Trainer::run() {
     ~DenormalScope() { b.set_flush_denormals(false); }
   } denormals(backend_);
   TrainSummary summary;
-  int64_t consumed_samples = 0, consumed_tokens = 0;
+  int64_t& consumed_samples = consumed_samples_;
+  int64_t& consumed_tokens = consumed_tokens_;
   double time_spent = 0;
   const int64_t steps = cfg_.train.steps;
-  for (int64_t step = 1; step <= steps; ++step) {
+  summary.first_step = step_ + 1;
+  summary.steps = step_;
+  for (int64_t step = step_ + 1; step <= steps; ++step) {
     const auto t0 = clock::now();
+    if (checkpointer_) checkpointer_->poll();
     const int64_t batch = ramp_->at(consumed_tokens);
     const int64_t batch_tokens = batch * seq_;
     const double lr = lr_->at(consumed_tokens + batch_tokens);
@@ -271,7 +329,8 @@ TrainSummary Trainer::run() {
                           static_cast<double>(world_->size()) / 1e12;
     m.mfu = m.tflops_per_device / peak_tflops_;
     m.mem_peak_bytes = peak_rss_bytes();
-    m.eta_s = time_spent / static_cast<double>(step) * static_cast<double>(steps - step);
+    m.eta_s = time_spent / static_cast<double>(step - summary.first_step + 1) *
+              static_cast<double>(steps - step);
     if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
       m.val_loss = evaluate();
       summary.final_val_loss = m.val_loss;
@@ -284,7 +343,10 @@ TrainSummary Trainer::run() {
     summary.losses.push_back(r.loss);
     summary.final_loss = r.loss;
     summary.steps = step;
+    step_ = step;
+    if (checkpointer_ && checkpointer_->due(step, steps)) save_checkpoint(step, lr, batch);
   }
+  if (checkpointer_) checkpointer_->wait();
   return summary;
 }
 

@@ -11,11 +11,8 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$repo"
-
-"$jumbo" data tokenizer --input inputs/data/brown-valid.jsonl --output "$tmp/tok" \
-  --vocab-size 500 --input-sentence-size 2000 --threads 1 >/dev/null || exit 1
-"$jumbo" data prepare --input inputs/data/brown-valid.jsonl --tokenizer "$tmp/tok.model" \
-  --output "$tmp/data" >/dev/null || exit 1
+source tests/support/small_data.sh
+make_small_data "$jumbo" "$tmp" || exit 1
 
 OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "$jumbo" train \
   --set model.preset=inputs/models/tiny.toml --set parallel.tp=2 --set parallel.pp=2 \

@@ -143,11 +143,24 @@ TEST(Validate, EvaluationDataAndLogging) {
   expect_error({"train.threads=-2"}, {"train.threads = -2"});
 }
 
-TEST(Validate, CheckpointsAreNotSupportedYet) {
-  expect_error({"checkpoint.every=100"},
-               {"checkpoint.every = 100: saving checkpoints is not supported by this build yet"});
-  expect_error({"checkpoint.resume=latest"},
-               {"checkpoint.resume = \"latest\"", "not supported by this build yet"});
+TEST(Validate, CheckpointKeys) {
+  expect_error({"checkpoint.every=100", "checkpoint.dir="},
+               {"checkpoint.every = 100 but checkpoint.dir is empty"});
+  expect_error({"checkpoint.resume=auto", "checkpoint.dir="},
+               {"checkpoint.resume = \"auto\" but checkpoint.dir is empty"});
+  expect_error({"checkpoint.resume=12", "checkpoint.dir="},
+               {"checkpoint.resume = \"12\" but checkpoint.dir is empty"});
+  expect_error({"checkpoint.resume="}, {"checkpoint.resume is empty"});
+  expect_error({"checkpoint.every=-1"}, {"checkpoint.every = -1: expected >= 0"});
+  expect_error({"checkpoint.keep_last=-1"}, {"checkpoint.keep_last = -1: expected >= 0"});
+  expect_error({"checkpoint.dir=ck", "checkpoint.every=10", "checkpoint.keep_every=15"},
+               {"checkpoint.keep_every = 15 is not a multiple of checkpoint.every = 10"});
+  expect_error({"checkpoint.dir=s3://"}, {"checkpoint.dir = \"s3://\""});
+  EXPECT_NO_THROW(run_with({"checkpoint.dir=ck", "checkpoint.every=10", "checkpoint.keep_every=20",
+                            "checkpoint.keep_last=3", "checkpoint.async=true",
+                            "checkpoint.resume=auto"}));
+  // A path (another run's checkpoint) needs no checkpoint.dir.
+  EXPECT_NO_THROW(run_with({"checkpoint.dir=", "checkpoint.resume=/ckpt/step_00000010"}));
 }
 
 }  // namespace

@@ -45,6 +45,11 @@ class Comm {
   virtual void wait(CommRequest& r) = 0;
   virtual void barrier() = 0;
   virtual double all_reduce_scalar(double value, ReduceOp op) = 0;
+  // Small control messages (checkpoint manifests), not tensors: `root` receives every rank's
+  // bytes in rank order (others get an empty vector); broadcast_bytes replaces `bytes` on
+  // every rank with root's.
+  virtual std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int root) = 0;
+  virtual void broadcast_bytes(std::vector<char>& bytes, int root) = 0;
 
   // A sub-group of the ranks passing the same color, ordered by key; nullptr for color < 0.
   virtual std::shared_ptr<Comm> split(int color, int key, const std::string& name) = 0;

@@ -77,9 +77,16 @@ struct DataConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir;
-  int64_t every = 0;
+  std::string dir;               // a directory (shared file system) or "s3://bucket/prefix"
+  int64_t every = 0;             // steps between saves (and at the last step); 0 = never
+  // "none", "auto" (the newest complete checkpoint under dir, else a fresh start), a step
+  // number ("1200": dir/step_00001200), or the path/URL of one checkpoint directory.
   std::string resume = "none";
+  bool async = false;            // write in a background thread while training continues
+  int64_t keep_last = 0;         // keep the newest N checkpoints; 0 = keep every one
+  int64_t keep_every = 0;        // and, for good, those whose step is a multiple of K; 0 = none
+  std::string s3_region;         // empty: AWS_REGION / AWS_DEFAULT_REGION
+  std::string s3_endpoint;       // empty: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / AWS itself
 };
 
 struct LogConfig {

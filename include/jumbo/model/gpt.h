@@ -53,6 +53,11 @@ struct GptOptions {
   bool sequence_parallel = false;
 };
 
+// The parameters of one pipeline stage on tp rank `tp_rank` of `tp_size`, in the order the
+// flat buffers hold them (no memory: checkpoint conversion lays out stages it never builds).
+std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
+                                        int64_t tp_rank, int64_t tp_size);
+
 class GptModel {
  public:
   GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp);

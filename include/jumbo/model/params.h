@@ -23,6 +23,7 @@ struct ParamInfo {
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
   bool tp_replicated = true;  // same values on every tp rank (counted once in the grad norm)
   bool pipeline_copy = false; // the last stage's copy of the tied embedding (not in the norm)
+  int64_t valid_rows = -1;    // rows >= this are padding (the padded vocabulary); -1: none
   int64_t flat_offset = 0;    // element offset in the flat buffers
   int64_t numel() const { return slice.numel(); }
 };
@@ -34,6 +35,8 @@ class ParamStore {
   // Allocates the flat buffers, their length padded to a multiple of `multiple` (data-parallel
   // shards divide it); compute dtype f32 aliases the master weights.
   void allocate(Backend& backend, DType compute_dtype, int64_t multiple = 1);
+  // Pads the flat length to a multiple of `multiple` without allocating (layout only).
+  void pad_to(int64_t multiple) { total_ = (total_ + multiple - 1) / multiple * multiple; }
   // Initialises every master weight from (seed, name, global index) and refreshes the copy.
   void initialize(Backend& backend, uint64_t seed);
   // Copies master weights into the compute copy (no-op in fp32).

@@ -6,6 +6,7 @@
 // With ZeRO-1 every bucket is split into dp equal shards and dp rank r owns shard r of each:
 // it receives the reduced gradient of its shards, updates them, and all-gathers the weights.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -22,6 +23,16 @@ struct OptimRange {
   int64_t count = 0;
   int param = 0;  // index in the ParamStore
 };
+
+// The bucket bounds of a flat buffer of `total` elements (a multiple of dp_size).
+std::vector<std::pair<int64_t, int64_t>> dp_buckets(int64_t total, int64_t dp_size,
+                                                    int64_t bucket_elems);
+// The ranges dp rank `dp_rank` updates (all of them without ZeRO-1) and, in *state_elems, the
+// length of its optimizer state. Used by GradSync and by checkpoint conversion.
+std::vector<OptimRange> optimizer_ranges(const ParamStore& params,
+                                         const std::vector<std::pair<int64_t, int64_t>>& buckets,
+                                         int64_t dp_size, int64_t dp_rank, bool zero1,
+                                         int64_t* state_elems);
 
 class GradSync {
  public:

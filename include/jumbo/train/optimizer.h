@@ -27,6 +27,7 @@ class AdamW {
   void step(double lr, float grad_scale, Tensor grads);
   void step(double lr, float grad_scale) { step(lr, grad_scale, params_.all_grads()); }
   int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t steps) { step_ = steps; }  // resuming from a checkpoint
   size_t state_bytes() const { return arena_.used(); }
   const std::vector<OptimRange>& ranges() const { return ranges_; }
   Tensor exp_avg() const { return m_; }

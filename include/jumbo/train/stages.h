@@ -14,4 +14,15 @@ namespace jumbo {
 // the cheapest stage, middle stages first. J1-Jumbo (76 layers) on 8 stages: 8 10 10 10 10 10 10 8.
 std::vector<int64_t> balance_stage_layers(const ModelConfig& m, int64_t pp);
 
+// The layers pipeline rank `stage` of `pp` holds: [first_layer, first_layer + num_layers) in
+// each of `chunks` model chunks, chunk_stride layers apart. Interleaved (virtual_stages v > 1):
+// layers cut into pp x v equal chunks, rank r holding chunks r, r + pp, ...; otherwise one
+// chunk per stage from `stage_layers` (empty: balance_stage_layers).
+struct StageLayers {
+  int64_t first_layer = 0, num_layers = 0, chunks = 1, chunk_stride = 0;
+  std::vector<int64_t> per_stage;  // layers held by each pipeline rank
+};
+StageLayers stage_layer_range(const ModelConfig& m, int64_t pp, int64_t stage, int64_t v,
+                              const std::vector<int64_t>& stage_layers);
+
 }  // namespace jumbo

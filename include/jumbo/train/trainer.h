@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "jumbo/backend/backend.h"
+#include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
@@ -23,10 +24,11 @@
 namespace jumbo {
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;        // the last step run (counting steps before a resume)
+  int64_t first_step = 1;   // the first step this process ran (after a resume: its step + 1)
   double final_loss = 0;
   std::optional<double> final_val_loss;
-  std::vector<double> losses;  // per step, for tests
+  std::vector<double> losses;  // per step run by this process, for tests
 };
 
 class Trainer {
@@ -44,6 +46,11 @@ class Trainer {
  private:
   void print(const std::string& line) const;
   void collect_comm_bytes(StepMetrics& m);
+  // This rank's optimizer state as checkpoint pieces, and whether it writes them.
+  std::vector<PieceData> state_pieces(bool for_saving);
+  bool writes_checkpoint() const;
+  void save_checkpoint(int64_t step, double lr, int64_t batch);
+  void resume_from_checkpoint();
 
   RunConfig cfg_;
   Backend& backend_;
@@ -66,6 +73,9 @@ class Trainer {
   std::unique_ptr<BatchRamp> ramp_;
   std::vector<int32_t> tokens_, targets_;
   double peak_tflops_ = 0;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  // Where training stands (restored by a resume).
+  int64_t step_ = 0, consumed_samples_ = 0, consumed_tokens_ = 0;
 };
 
 }  // namespace jumbo

@@ -1,0 +1,109 @@
+#pragma once
+// Checkpointer: saves and finds checkpoints for one run. Every call marked "collective" is
+// made by every rank of `world` in the same order.
+//
+// A save: each rank that holds unique state builds its HDF5 shard in memory (the copy that
+// lets training go on), writes it under a temporary name and renames it; rank 0 gathers every
+// rank's file record and writes manifest.json last, then the `latest` pointer. A crash at any
+// moment leaves the previous checkpoint complete: a directory without a manifest is ignored.
+// With checkpoint.async the writes run on a background thread; all MPI stays on the calling
+// thread (poll() finishes a save once every rank's file is written).
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jumbo/ckpt/manifest.h"
+#include "jumbo/ckpt/shard.h"
+#include "jumbo/ckpt/storage.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+// A FIFO of tasks on one background thread.
+class BackgroundWorker {
+ public:
+  BackgroundWorker();
+  ~BackgroundWorker();  // finishes queued tasks
+  void submit(std::function<void()> task);
+  void drain();         // waits until the queue is empty and the current task done
+  bool idle();
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+// Loads `targets` from one checkpoint: reads each shard file that overlaps them (whole, to
+// verify its size and CRC-32), copies the overlapping elements, and checks every element of
+// every target was found. Throws UserError naming the file or tensor.
+void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Manifest& manifest,
+                            const std::vector<PieceData>& targets);
+
+struct SaveStats {
+  double snapshot_s = 0;  // the blocking part: shards built in memory
+  double total_s = 0;     // until the manifest was written
+  int64_t bytes = 0;      // this rank's shard
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const RunConfig& cfg, Comm& world);
+  ~Checkpointer();
+
+  // A save is due after `step` (every checkpoint.every steps, and at the last step).
+  bool due(int64_t step, int64_t last_step) const;
+  // Collective. `header` carries progress, model, layout and data; `pieces` this rank's
+  // unique state (ignored unless `writer`), saved as dir/step_N/`file_name`.
+  void save(const Manifest& header, const std::vector<PieceData>& pieces, bool writer,
+            const std::string& file_name);
+  // Collective, every step: completes an asynchronous save whose files are all written.
+  void poll();
+  // Collective: completes the pending save, waiting for it.
+  void wait();
+  // Collective: finds the checkpoint checkpoint.resume names and loads it into `targets` (on
+  // ranks where `reader`); nullopt for a fresh start. With "auto" an unusable checkpoint is
+  // reported and the previous complete one is tried.
+  std::optional<Manifest> resume(const std::vector<PieceData>& targets, bool reader);
+
+  const SaveStats& last_save() const { return last_save_; }
+  double last_load_seconds() const { return load_s_; }
+  Storage& storage() { return *storage_; }
+
+ private:
+  void finish_save();
+  void apply_retention(int64_t saved_step);
+  void print(const std::string& line) const;
+  // One attempt: every rank agrees whether `dir` loaded; returns the error if not.
+  std::optional<std::string> try_load(Storage& storage, const std::string& dir,
+                                      const std::vector<PieceData>& targets, bool reader,
+                                      Manifest& manifest);
+
+  CheckpointConfig cfg_;
+  ModelConfig model_;
+  std::string source_;
+  Comm& world_;
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<BackgroundWorker> worker_;
+  // The save in flight.
+  bool pending_ = false;
+  Manifest pending_header_;
+  std::string pending_record_;   // this rank's file record, filled by the write task
+  std::string pending_error_;    // the write task's failure, if any
+  double pending_started_ = 0;
+  SaveStats last_save_;
+  double load_s_ = 0;
+};
+
+}  // namespace jumbo

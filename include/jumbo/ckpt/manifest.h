@@ -1,0 +1,73 @@
+#pragma once
+// manifest.json: what a checkpoint holds, written last (after every shard is in place), so its
+// presence marks a complete checkpoint. See docs/checkpoint-format.md.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "jumbo/ckpt/shard.h"
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// Where training stood when the checkpoint was taken. The data order, the learning-rate and
+// batch schedules and parameter initialisation are functions of (seed, consumed samples,
+// consumed tokens): together with these numbers they are the whole training state.
+struct CheckpointProgress {
+  int64_t step = 0;
+  int64_t consumed_samples = 0;
+  int64_t consumed_tokens = 0;
+  int64_t optimizer_steps = 0;  // AdamW's bias-correction counter
+  uint64_t seed = 0;            // train.seed: sampler permutation and initialisation keys
+  double lr = 0;                // the last step's learning rate and global batch (information)
+  int64_t global_batch = 0;
+};
+
+struct CheckpointLayout {
+  int64_t tp = 1, pp = 1, dp = 1;
+  bool zero1 = false;
+  int64_t virtual_stages = 1;
+  std::vector<int64_t> stage_layers;
+  std::string precision = "fp32";
+};
+
+struct ShardFileInfo {
+  std::string name;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;  // zlib CRC-32 of the whole file
+};
+
+struct StoredPiece {
+  int file = 0;  // index into Manifest::files
+  TensorPiece piece;
+};
+
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  CheckpointProgress progress;
+  ModelConfig model;
+  CheckpointLayout layout;
+  std::string data_train, tokenizer;  // information: what the run trained on
+  std::vector<ShardFileInfo> files;
+  std::map<std::string, std::vector<StoredPiece>> tensors;  // by tensor name
+};
+
+std::string manifest_to_json(const Manifest& m);
+// Throws UserError naming `where` (the manifest's URL) on anything malformed.
+Manifest parse_manifest(const std::string& text, const std::string& where);
+// The model of the checkpoint must be the run's model: one line naming the first differing key.
+void check_manifest_model(const Manifest& m, const ModelConfig& run, const std::string& where,
+                          const std::string& run_source);
+
+// One rank's contribution to the manifest: its file and the pieces it holds (JSON text).
+std::string shard_record_to_json(const ShardFileInfo& file, const std::vector<TensorPiece>& pieces);
+void add_shard_record(Manifest& m, const std::string& record_json);
+
+// "step_00001200" for step 1200, and back (-1 when the name is not one).
+std::string checkpoint_dir_name(int64_t step);
+int64_t checkpoint_step_of(const std::string& dir_name);
+
+}  // namespace jumbo

@@ -1,0 +1,455 @@
+#include "jumbo/ckpt/checkpointer.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+namespace jumbo {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint32_t crc32_of(const std::vector<char>& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
+    p += n;
+    left -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// Fault injection for the crash test (tests/ckpt/kill_during_save.sh):
+// JUMBO_TEST_CKPT_STALL="STEP:SECONDS" stalls the save of STEP after this rank's shard is
+// written and before it reports success, so a SIGKILL lands while the checkpoint is incomplete.
+double test_stall_s(int64_t step) {
+  const char* v = std::getenv("JUMBO_TEST_CKPT_STALL");
+  if (!v) return 0.0;
+  long long at = -1;
+  double seconds = 0;
+  if (std::sscanf(v, "%lld:%lf", &at, &seconds) != 2 || at != step) return 0.0;
+  return seconds;
+}
+
+std::string join_dir(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+S3Options s3_options(const CheckpointConfig& c) {
+  S3Options o;
+  o.region = c.s3_region;
+  o.endpoint = c.s3_endpoint;
+  return o;
+}
+
+}  // namespace
+
+// ---- background worker ----------------------------------------------------------------
+
+BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
+
+BackgroundWorker::~BackgroundWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BackgroundWorker::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void BackgroundWorker::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+}
+
+bool BackgroundWorker::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.empty() && !busy_;
+}
+
+void BackgroundWorker::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stop_ and nothing left
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task();  // tasks catch their own errors
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+// ---- loading ----------------------------------------------------------------------------
+
+void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Manifest& manifest,
+                            const std::vector<PieceData>& targets) {
+  // Which stored pieces each target needs, grouped by file.
+  struct Need {
+    size_t target;
+    const StoredPiece* stored;
+  };
+  std::map<int, std::vector<Need>> by_file;
+  std::vector<int64_t> expected(targets.size()), covered(targets.size(), 0);
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const TensorPiece& tp = targets[t].piece;
+    const auto it = manifest.tensors.find(tp.name);
+    if (it == manifest.tensors.end()) {
+      throw UserError(fmt::format("{}: tensor {} is not in the checkpoint",
+                                  storage.url(join_dir(dir, "manifest.json")), tp.name));
+    }
+    const std::vector<int64_t>& saved = it->second.front().piece.global_shape;
+    bool shape_ok = saved.size() == tp.global_shape.size();
+    for (size_t d = 0; shape_ok && d < saved.size(); ++d) {
+      // The padded vocabulary may differ (it depends on tp); the real rows may not.
+      const bool padded_dim = d == 0 && tp.valid_rows >= 0;
+      shape_ok = padded_dim ? saved[0] >= tp.valid_rows : saved[d] == tp.global_shape[d];
+    }
+    if (!shape_ok) {
+      throw UserError(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint, [{}] "
+                                  "in this run", storage.url(join_dir(dir, "manifest.json")),
+                                  tp.name, fmt::join(saved, ", "),
+                                  fmt::join(tp.global_shape, ", ")));
+    }
+    // Every element must be found, except padding rows the checkpoint does not have.
+    expected[t] = tp.count();
+    if (tp.valid_rows >= 0 && saved[0] < tp.global_shape[0]) {
+      TensorPiece kept = tp;
+      kept.offset = {0, 0};
+      kept.shape = {saved[0], tp.global_shape[1]};
+      kept.flat_begin = 0;
+      kept.flat_end = kept.rect_numel();
+      expected[t] = 0;
+      for (const OverlapRun& r : piece_overlap(tp, kept)) expected[t] += r.length;
+    }
+    for (const StoredPiece& sp : it->second) {
+      if (!piece_overlap(sp.piece, tp).empty()) by_file[sp.file].push_back({t, &sp});
+    }
+  }
+  for (const auto& [file, needs] : by_file) {
+    const ShardFileInfo& f = manifest.files[static_cast<size_t>(file)];
+    const std::string url = storage.url(join_dir(dir, f.name));
+    std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, f.name));
+    if (!bytes) throw UserError(fmt::format("{}: shard file is missing", url));
+    if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+      throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)",
+                                  url, bytes->size(), f.bytes));
+    }
+    const uint32_t crc = crc32_of(*bytes);
+    if (crc != f.crc32) {
+      throw UserError(fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is "
+                                  "corrupt)", url, crc, f.crc32));
+    }
+    ShardReader reader(*bytes, url);
+    for (const Need& n : needs) {
+      const PieceData& target = targets[n.target];
+      for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
+        const int64_t c = reader.copy_overlap(n.stored->piece, static_cast<int>(s), target.piece,
+                                              target.state[s]);
+        if (s == 0) covered[n.target] += c;
+      }
+    }
+  }
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (covered[t] < expected[t]) {
+      throw UserError(fmt::format("{}: tensor {}: the shards hold {} of the {} elements this "
+                                  "rank needs (the manifest is incomplete)",
+                                  storage.url(join_dir(dir, "manifest.json")), targets[t].piece.name,
+                                  covered[t], expected[t]));
+    }
+  }
+}
+
+// ---- Checkpointer ---------------------------------------------------------------------
+
+Checkpointer::Checkpointer(const RunConfig& cfg, Comm& world)
+    : cfg_(cfg.checkpoint), model_(cfg.model), source_(cfg.source), world_(world) {
+  if (!cfg_.dir.empty()) storage_ = open_storage(cfg_.dir, s3_options(cfg_));
+  worker_ = std::make_unique<BackgroundWorker>();
+}
+
+Checkpointer::~Checkpointer() {
+  // Files in flight are finished (the destructor of the worker drains it); a save whose
+  // manifest was never written stays incomplete and is ignored by resume.
+  worker_.reset();
+}
+
+void Checkpointer::print(const std::string& line) const {
+  if (world_.rank() == 0) {
+    std::fputs((line + "\n").c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+bool Checkpointer::due(int64_t step, int64_t last_step) const {
+  return cfg_.every > 0 && (step % cfg_.every == 0 || step == last_step);
+}
+
+void Checkpointer::save(const Manifest& header, const std::vector<PieceData>& pieces, bool writer,
+                        const std::string& file_name) {
+  wait();  // one save at a time
+  const double t0 = now_s();
+  const std::string dir = checkpoint_dir_name(header.progress.step);
+  pending_header_ = header;
+  pending_record_.clear();
+  pending_error_.clear();
+  pending_started_ = t0;
+  last_save_ = {};
+  if (writer) {
+    std::vector<TensorPiece> described;
+    for (const PieceData& p : pieces) described.push_back(p.piece);
+    // The snapshot: after this, training may change the state.
+    auto image = std::make_shared<std::vector<char>>(build_shard_image(
+        pieces, {{"step", header.progress.step}, {"format_version", kCheckpointFormatVersion}}));
+    last_save_.bytes = static_cast<int64_t>(image->size());
+    const std::string key = join_dir(dir, file_name);
+    Storage* storage = storage_.get();
+    const int64_t step = header.progress.step;
+    auto task = [this, storage, image, key, file_name, step, described = std::move(described)] {
+      try {
+        ShardFileInfo info{file_name, static_cast<int64_t>(image->size()), crc32_of(*image)};
+        storage->write(key, image->data(), image->size());
+        if (const double stall = test_stall_s(step); stall > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(stall));
+        }
+        pending_record_ = shard_record_to_json(info, described);
+      } catch (const std::exception& e) {
+        pending_error_ = e.what();
+      }
+    };
+    if (cfg_.async) {
+      worker_->submit(std::move(task));
+    } else {
+      task();
+    }
+  }
+  last_save_.snapshot_s = now_s() - t0;
+  pending_ = true;
+  if (!cfg_.async) finish_save();
+}
+
+void Checkpointer::poll() {
+  if (!pending_) return;
+  const double busy = worker_->idle() ? 0.0 : 1.0;
+  if (world_.all_reduce_scalar(busy, ReduceOp::max) > 0) return;
+  finish_save();
+}
+
+void Checkpointer::wait() {
+  if (!pending_) return;
+  worker_->drain();
+  finish_save();
+}
+
+void Checkpointer::finish_save() {
+  pending_ = false;
+  // Every rank learns whether any write failed, and the lowest failing rank's reason.
+  const int n = world_.size();
+  const double flag = pending_error_.empty() ? 0.0 : static_cast<double>(n - world_.rank());
+  const double worst = world_.all_reduce_scalar(flag, ReduceOp::max);
+  const int64_t step = pending_header_.progress.step;
+  const std::string dir = checkpoint_dir_name(step);
+  if (worst > 0) {
+    std::vector<char> why(pending_error_.begin(), pending_error_.end());
+    world_.broadcast_bytes(why, n - static_cast<int>(worst));
+    throw UserError(fmt::format("checkpoint {} not saved (the previous checkpoint is intact): "
+                                "rank {}: {}", storage_->url(dir), n - static_cast<int>(worst),
+                                std::string(why.begin(), why.end())));
+  }
+  const std::vector<char> mine(pending_record_.begin(), pending_record_.end());
+  const std::vector<std::vector<char>> records = world_.gather_bytes(mine, 0);
+  if (world_.rank() == 0) {
+    Manifest m = pending_header_;
+    for (const std::vector<char>& r : records) {
+      if (!r.empty()) add_shard_record(m, std::string(r.begin(), r.end()));
+    }
+    const std::string text = manifest_to_json(m);
+    storage_->write(join_dir(dir, "manifest.json"), text.data(), text.size());
+    const std::string latest = dir + "\n";
+    storage_->write("latest", latest.data(), latest.size());
+    int64_t total = 0;
+    for (const ShardFileInfo& f : m.files) total += f.bytes;
+    last_save_.total_s = now_s() - pending_started_;
+    print(fmt::format("checkpoint: saved step {} to {} ({} files, {:.1f} MiB, {:.2f} s{})", step,
+                      storage_->url(dir), m.files.size(), static_cast<double>(total) / (1 << 20),
+                      last_save_.total_s,
+                      cfg_.async ? fmt::format(", training blocked {:.2f} s", last_save_.snapshot_s)
+                                 : ""));
+    if (cfg_.keep_last > 0) {
+      if (cfg_.async) {
+        worker_->submit([this, step] { apply_retention(step); });
+      } else {
+        apply_retention(step);
+      }
+    }
+  } else {
+    last_save_.total_s = now_s() - pending_started_;
+  }
+}
+
+void Checkpointer::apply_retention(int64_t saved_step) {
+  try {
+    std::vector<int64_t> older;
+    for (const std::string& name : storage_->list_dirs("")) {
+      const int64_t s = checkpoint_step_of(name);
+      if (s >= 0 && s < saved_step) older.push_back(s);
+    }
+    std::sort(older.rbegin(), older.rend());
+    int64_t kept = 1;  // the one just saved
+    for (int64_t s : older) {
+      const std::string dir = checkpoint_dir_name(s);
+      const bool for_good = cfg_.keep_every > 0 && s % cfg_.keep_every == 0;
+      if (kept < cfg_.keep_last && storage_->read(join_dir(dir, "manifest.json")).has_value()) {
+        ++kept;  // one of the newest keep_last complete checkpoints
+        continue;
+      }
+      // Older than keep_last complete checkpoints, or an incomplete leftover of a crash.
+      if (!for_good) storage_->remove_all(dir);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jumbo: checkpoint retention: %s (nothing else removed)\n", e.what());
+  }
+}
+
+std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::string& dir,
+                                                  const std::vector<PieceData>& targets,
+                                                  bool reader, Manifest& manifest) {
+  const int n = world_.size();
+  // Rank 0 reads and checks the manifest; the others get its bytes.
+  std::string error;
+  std::vector<char> text;
+  if (world_.rank() == 0) {
+    try {
+      const std::string url = storage.url(join_dir(dir, "manifest.json"));
+      std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, "manifest.json"));
+      if (!bytes) throw UserError(fmt::format("{}: no manifest (the save did not complete)", url));
+      text = std::move(*bytes);
+      const Manifest m = parse_manifest(std::string(text.begin(), text.end()), url);
+      check_manifest_model(m, model_, url, source_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  std::vector<char> status(error.begin(), error.end());
+  world_.broadcast_bytes(status, 0);
+  if (!status.empty()) return std::string(status.begin(), status.end());
+  world_.broadcast_bytes(text, 0);
+  manifest = parse_manifest(std::string(text.begin(), text.end()), storage.url(dir));
+  if (reader) {
+    try {
+      load_checkpoint_pieces(storage, dir, manifest, targets);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const double flag = error.empty() ? 0.0 : static_cast<double>(n - world_.rank());
+  const double worst = world_.all_reduce_scalar(flag, ReduceOp::max);
+  if (worst == 0) return std::nullopt;
+  std::vector<char> why(error.begin(), error.end());
+  world_.broadcast_bytes(why, n - static_cast<int>(worst));
+  return fmt::format("rank {}: {}", n - static_cast<int>(worst), std::string(why.begin(), why.end()));
+}
+
+std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targets, bool reader) {
+  const std::string& how = cfg_.resume;
+  if (how == "none") return std::nullopt;
+  const double t0 = now_s();
+  const bool step_number = how.find_first_not_of("0123456789") == std::string::npos;
+  Manifest manifest;
+  if (how != "auto") {
+    // One named checkpoint: any failure stops the run.
+    std::unique_ptr<Storage> other;
+    Storage* storage = storage_.get();
+    std::string dir;
+    if (step_number) {
+      dir = checkpoint_dir_name(std::stoll(how));
+    } else {
+      std::string path = how;
+      while (path.size() > 1 && path.back() == '/') path.pop_back();
+      const size_t slash = path.rfind('/');
+      dir = slash == std::string::npos ? path : path.substr(slash + 1);
+      const std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
+      other = open_storage(parent.empty() ? "/" : parent, s3_options(cfg_));
+      storage = other.get();
+    }
+    if (auto error = try_load(*storage, dir, targets, reader, manifest)) {
+      throw UserError(fmt::format("checkpoint.resume = \"{}\": {}", how, *error));
+    }
+    load_s_ = now_s() - t0;
+    print(fmt::format("checkpoint: resumed from {} (step {}) in {:.2f} s", storage->url(dir),
+                      manifest.progress.step, load_s_));
+    return manifest;
+  }
+  // auto: the newest complete checkpoint; an unusable one is reported and skipped.
+  std::vector<char> listing;
+  if (world_.rank() == 0) {
+    std::vector<int64_t> steps;
+    for (const std::string& name : storage_->list_dirs("")) {
+      const int64_t s = checkpoint_step_of(name);
+      if (s >= 0) steps.push_back(s);
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    for (int64_t s : steps) {
+      const std::string line = checkpoint_dir_name(s) + "\n";
+      listing.insert(listing.end(), line.begin(), line.end());
+    }
+  }
+  world_.broadcast_bytes(listing, 0);
+  std::vector<std::string> dirs;
+  std::string cur;
+  for (char c : listing) {
+    if (c == '\n') {
+      dirs.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  int complete = 0;  // checkpoints with a manifest: a fresh start must not overwrite them
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    if (auto error = try_load(*storage_, dirs[i], targets, reader, manifest)) {
+      if (error->find("no manifest (the save did not complete)") == std::string::npos) ++complete;
+      print(fmt::format("checkpoint: skipping {}: {}; {}", storage_->url(dirs[i]), *error,
+                        i + 1 < dirs.size() ? "trying the previous one" : "no older checkpoint"));
+      continue;
+    }
+    load_s_ = now_s() - t0;
+    print(fmt::format("checkpoint: resumed from {} (step {}, saved with tp {} x pp {} x dp {}{}) "
+                      "in {:.2f} s", storage_->url(dirs[i]), manifest.progress.step,
+                      manifest.layout.tp, manifest.layout.pp, manifest.layout.dp,
+                      manifest.layout.zero1 ? ", ZeRO-1" : "", load_s_));
+    return manifest;
+  }
+  if (complete > 0) {
+    throw UserError(fmt::format("checkpoint.resume = \"auto\": none of the {} complete "
+                                "checkpoints under {} could be loaded (reasons above); not "
+                                "starting from step 0 over them (set checkpoint.resume = \"none\" "
+                                "or another checkpoint.dir to start afresh)",
+                                complete, storage_->url("")));
+  }
+  print(fmt::format("checkpoint: no complete checkpoint under {}; starting from step 0",
+                    storage_->url("")));
+  return std::nullopt;
+}
+
+}  // namespace jumbo

@@ -1,0 +1,195 @@
+#include "jumbo/ckpt/manifest.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace jumbo {
+namespace {
+
+using nlohmann::json;
+
+json piece_json(const TensorPiece& p) {
+  json j = {{"offset", p.offset}, {"shape", p.shape}, {"flat_range", {p.flat_begin, p.flat_end}}};
+  return j;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+int64_t checkpoint_step_of(const std::string& name) {
+  if (name.size() < 6 || name.rfind("step_", 0) != 0) return -1;
+  const std::string digits = name.substr(5);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+std::string manifest_to_json(const Manifest& m) {
+  const CheckpointProgress& p = m.progress;
+  json j;
+  j["format"] = "jumbo-checkpoint";
+  j["format_version"] = m.format_version;
+  j["step"] = p.step;
+  j["consumed_samples"] = p.consumed_samples;
+  j["consumed_tokens"] = p.consumed_tokens;
+  j["optimizer"] = {{"name", "adamw"}, {"steps", p.optimizer_steps},
+                    {"states", json::array({"master", "exp_avg", "exp_avg_sq"})}};
+  j["rng"] = {{"seed", p.seed},
+              {"generator", "philox4x32-10, counter-based: no state beyond the seed"}};
+  j["sampler"] = {{"seed", p.seed}, {"consumed_samples", p.consumed_samples}};
+  j["schedule"] = {{"consumed_tokens", p.consumed_tokens}, {"lr", p.lr},
+                   {"global_batch", p.global_batch}};
+  const ModelConfig& mc = m.model;
+  j["model"] = {{"name", mc.name},       {"layers", mc.layers}, {"d_model", mc.d_model},
+                {"heads", mc.heads},     {"ffn", mc.ffn_dim()}, {"vocab", mc.vocab},
+                {"context", mc.context}, {"vocab_multiple", mc.vocab_multiple}};
+  const CheckpointLayout& l = m.layout;
+  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero1", l.zero1},
+                 {"virtual_stages", l.virtual_stages}, {"stage_layers", l.stage_layers},
+                 {"precision", l.precision}};
+  j["data"] = {{"train", m.data_train}, {"tokenizer", m.tokenizer}};
+  json files = json::array();
+  for (const ShardFileInfo& f : m.files) {
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+  }
+  j["files"] = files;
+  json tensors = json::object();
+  for (const auto& [name, pieces] : m.tensors) {
+    json shards = json::array();
+    for (const StoredPiece& s : pieces) {
+      json e = piece_json(s.piece);
+      e["file"] = s.file;
+      shards.push_back(e);
+    }
+    tensors[name] = {{"global_shape", pieces.front().piece.global_shape},
+                     {"dtype", "float32"},
+                     {"shards", shards}};
+  }
+  j["tensors"] = tensors;
+  return j.dump(1) + "\n";
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& where) {
+  Manifest m;
+  try {
+    const json j = json::parse(text);
+    if (j.value("format", "") != "jumbo-checkpoint") {
+      throw UserError(fmt::format("{}: not a jumbo checkpoint manifest (no \"format\": "
+                                  "\"jumbo-checkpoint\")", where));
+    }
+    m.format_version = j.at("format_version").get<int>();
+    if (m.format_version != kCheckpointFormatVersion) {
+      throw UserError(fmt::format("{}: format_version = {}: this build reads version {}", where,
+                                  m.format_version, kCheckpointFormatVersion));
+    }
+    CheckpointProgress& p = m.progress;
+    p.step = j.at("step").get<int64_t>();
+    p.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    p.consumed_tokens = j.at("consumed_tokens").get<int64_t>();
+    p.optimizer_steps = j.at("optimizer").at("steps").get<int64_t>();
+    p.seed = j.at("rng").at("seed").get<uint64_t>();
+    p.lr = j.at("schedule").at("lr").get<double>();
+    p.global_batch = j.at("schedule").at("global_batch").get<int64_t>();
+    const json& mc = j.at("model");
+    m.model.name = mc.at("name").get<std::string>();
+    m.model.layers = mc.at("layers").get<int64_t>();
+    m.model.d_model = mc.at("d_model").get<int64_t>();
+    m.model.heads = mc.at("heads").get<int64_t>();
+    m.model.ffn = mc.at("ffn").get<int64_t>();
+    m.model.vocab = mc.at("vocab").get<int64_t>();
+    m.model.context = mc.at("context").get<int64_t>();
+    m.model.vocab_multiple = mc.at("vocab_multiple").get<int64_t>();
+    const json& l = j.at("layout");
+    m.layout.tp = l.at("tp").get<int64_t>();
+    m.layout.pp = l.at("pp").get<int64_t>();
+    m.layout.dp = l.at("dp").get<int64_t>();
+    m.layout.zero1 = l.at("zero1").get<bool>();
+    m.layout.virtual_stages = l.at("virtual_stages").get<int64_t>();
+    m.layout.stage_layers = l.at("stage_layers").get<std::vector<int64_t>>();
+    m.layout.precision = l.at("precision").get<std::string>();
+    m.data_train = j.at("data").value("train", "");
+    m.tokenizer = j.at("data").value("tokenizer", "");
+    for (const json& f : j.at("files")) {
+      m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(),
+                         f.at("crc32").get<uint32_t>()});
+    }
+    for (const auto& [name, t] : j.at("tensors").items()) {
+      const auto global = t.at("global_shape").get<std::vector<int64_t>>();
+      for (const json& s : t.at("shards")) {
+        StoredPiece sp;
+        sp.file = s.at("file").get<int>();
+        if (sp.file < 0 || sp.file >= static_cast<int>(m.files.size())) {
+          throw UserError(fmt::format("{}: tensor {} names file {}, but the manifest lists {} "
+                                      "files", where, name, sp.file, m.files.size()));
+        }
+        sp.piece.name = name;
+        sp.piece.global_shape = global;
+        sp.piece.offset = s.at("offset").get<std::vector<int64_t>>();
+        sp.piece.shape = s.at("shape").get<std::vector<int64_t>>();
+        const auto range = s.at("flat_range").get<std::vector<int64_t>>();
+        if (range.size() != 2 || sp.piece.offset.size() != global.size() ||
+            sp.piece.shape.size() != global.size() || range[0] < 0 || range[0] > range[1] ||
+            range[1] > sp.piece.rect_numel()) {
+          throw UserError(fmt::format("{}: tensor {}: a shard's offset/shape/flat_range do not "
+                                      "fit its global shape", where, name));
+        }
+        sp.piece.flat_begin = range[0];
+        sp.piece.flat_end = range[1];
+        m.tensors[name].push_back(std::move(sp));
+      }
+    }
+  } catch (const json::exception& e) {
+    throw UserError(fmt::format("{}: malformed manifest ({})", where, e.what()));
+  }
+  return m;
+}
+
+void check_manifest_model(const Manifest& m, const ModelConfig& run, const std::string& where,
+                          const std::string& run_source) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> keys[] = {
+      {"layers", {m.model.layers, run.layers}},   {"d_model", {m.model.d_model, run.d_model}},
+      {"heads", {m.model.heads, run.heads}},      {"ffn", {m.model.ffn_dim(), run.ffn_dim()}},
+      {"vocab", {m.model.vocab, run.vocab}},      {"context", {m.model.context, run.context}}};
+  for (const auto& [key, values] : keys) {
+    if (values.first != values.second) {
+      throw UserError(fmt::format("{}: model.{} = {} in the checkpoint, but {} says {}: a "
+                                  "checkpoint loads only into the model it was saved from",
+                                  where, key, values.first, run_source, values.second));
+    }
+  }
+}
+
+std::string shard_record_to_json(const ShardFileInfo& file, const std::vector<TensorPiece>& pieces) {
+  json j = {{"name", file.name}, {"bytes", file.bytes}, {"crc32", file.crc32}};
+  json ps = json::array();
+  for (const TensorPiece& p : pieces) {
+    json e = piece_json(p);
+    e["name"] = p.name;
+    e["global_shape"] = p.global_shape;
+    ps.push_back(e);
+  }
+  j["pieces"] = ps;
+  return j.dump();
+}
+
+void add_shard_record(Manifest& m, const std::string& record_json) {
+  const json j = json::parse(record_json);
+  const int file = static_cast<int>(m.files.size());
+  m.files.push_back({j.at("name").get<std::string>(), j.at("bytes").get<int64_t>(),
+                     j.at("crc32").get<uint32_t>()});
+  for (const json& e : j.at("pieces")) {
+    StoredPiece sp;
+    sp.file = file;
+    sp.piece.name = e.at("name").get<std::string>();
+    sp.piece.global_shape = e.at("global_shape").get<std::vector<int64_t>>();
+    sp.piece.offset = e.at("offset").get<std::vector<int64_t>>();
+    sp.piece.shape = e.at("shape").get<std::vector<int64_t>>();
+    const auto range = e.at("flat_range").get<std::vector<int64_t>>();
+    sp.piece.flat_begin = range[0];
+    sp.piece.flat_end = range[1];
+    m.tensors[sp.piece.name].push_back(std::move(sp));
+  }
+}
+
+}  // namespace jumbo

@@ -1,0 +1,470 @@
+// Offline checkpoint tools: resolve, inspect/verify, export to safetensors.
+#include "jumbo/ckpt/tools.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "jumbo/backend/bf16.h"
+#include "jumbo/ckpt/shard.h"
+
+namespace jumbo {
+namespace {
+
+namespace fs = std::filesystem;
+
+// safetensors and our raw writes are little endian; so is every host jumbo runs on.
+static_assert(std::endian::native == std::endian::little, "export assumes a little-endian host");
+
+constexpr const char* kWordEmbedding = "embedding.word";  // the one tensor with padded rows
+
+uint32_t crc32_of(const std::vector<char>& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
+    p += n;
+    left -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string join_dir(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+// Reads one shard file whole and checks it against the manifest's size and CRC-32; nullopt and
+// `why` (one line naming the file) when it is missing or differs.
+std::optional<std::vector<char>> read_verified(Storage& storage, const std::string& dir,
+                                               const ShardFileInfo& f, std::string& why) {
+  const std::string url = storage.url(join_dir(dir, f.name));
+  std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, f.name));
+  if (!bytes) {
+    why = fmt::format("{}: shard file is missing", url);
+  } else if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+    why = fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", url,
+                      bytes->size(), f.bytes);
+  } else if (const uint32_t crc = crc32_of(*bytes); crc != f.crc32) {
+    why = fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is corrupt)", url,
+                      crc, f.crc32);
+  } else {
+    return bytes;
+  }
+  return std::nullopt;
+}
+
+// Tensors in model order: embeddings, layers by number (layers.2 before layers.10), the rest.
+bool model_order(const std::string& a, const std::string& b) {
+  auto key = [](const std::string& n) {
+    int group = 2;
+    long long layer = -1;
+    std::string rest = n;
+    if (n.rfind("embedding.", 0) == 0) {
+      group = 0;
+    } else if (n.rfind("layers.", 0) == 0) {
+      group = 1;
+      size_t end = 7;
+      while (end < n.size() && std::isdigit(static_cast<unsigned char>(n[end]))) ++end;
+      if (end > 7 && end - 7 < 18) layer = std::stoll(n.substr(7, end - 7));
+      rest = n.substr(end);
+    }
+    return std::make_tuple(group, layer, rest);
+  };
+  return key(a) < key(b);
+}
+
+std::vector<std::string> tensor_names(const Manifest& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, pieces] : m.tensors) names.push_back(name);
+  std::sort(names.begin(), names.end(), model_order);
+  return names;
+}
+
+// The real shape of a tensor: the global shape, but the word embedding keeps only model.vocab
+// rows (the rest pads the vocabulary to a multiple of vocab_multiple x tp).
+std::vector<int64_t> real_shape(const Manifest& m, const std::string& name,
+                                const std::vector<int64_t>& global, const std::string& where) {
+  std::vector<int64_t> shape = global;
+  if (name == kWordEmbedding && !shape.empty()) {
+    if (m.model.vocab <= 0 || m.model.vocab > shape[0]) {
+      throw UserError(fmt::format("{}: {} has {} rows, fewer than model.vocab = {}", where, name,
+                                  shape[0], m.model.vocab));
+    }
+    shape[0] = m.model.vocab;
+  }
+  return shape;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.2f} {}", b, units[u]);
+}
+
+// The elements of one exported tensor written so far, as disjoint [begin, end) runs: pieces
+// replicated over tensor-parallel ranks (norms, biases) overlap, and must count once.
+class Coverage {
+ public:
+  void add(int64_t b, int64_t e) {
+    auto it = runs_.upper_bound(b);
+    if (it != runs_.begin() && std::prev(it)->second >= b) --it;
+    while (it != runs_.end() && it->first <= e) {  // merge overlapping and adjacent runs
+      b = std::min(b, it->first);
+      e = std::max(e, it->second);
+      total_ -= it->second - it->first;
+      it = runs_.erase(it);
+    }
+    runs_[b] = e;
+    total_ += e - b;
+  }
+  int64_t covered() const { return total_; }
+
+ private:
+  std::map<int64_t, int64_t> runs_;
+  int64_t total_ = 0;
+};
+
+// The output file: removed unless commit() renamed it into place.
+class TempFile {
+ public:
+  TempFile(std::string tmp, std::string target) : tmp_(std::move(tmp)), target_(std::move(target)) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("create");
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  void resize(int64_t size) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("resize");
+  }
+  void write_at(const void* data, size_t size, int64_t at) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::pwrite(fd_, p, std::min<size_t>(size, size_t{1} << 30), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("write");
+      p += n;
+      at += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+  void commit() {
+    if (::fsync(fd_) != 0) fail("fsync");
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail("rename");
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* what) const {
+    throw UserError(fmt::format("{}: cannot {} ({})", tmp_, what, std::strerror(errno)));
+  }
+  std::string tmp_, target_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+// ---- resolve --------------------------------------------------------------------------------
+
+ResolvedCheckpoint resolve_checkpoint(const std::string& path, const S3Options& s3) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  std::string parent, base;  // parent empty: PATH can only be a root (an S3 bucket)
+  if (is_s3_url(p)) {
+    const size_t slash = p.rfind('/');
+    if (slash > 5) {
+      parent = p.substr(0, slash);
+      base = p.substr(slash + 1);
+    }
+  } else {
+    // Opening file storage creates its directory: look before, so a typo creates nothing.
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) {
+      throw UserError(fmt::format("{}: no such checkpoint directory", path));
+    }
+    fs::path abs = fs::absolute(p).lexically_normal();
+    if (abs.filename().empty() && abs != abs.root_path()) abs = abs.parent_path();  // "x/."
+    if (abs.has_parent_path() && abs != abs.root_path()) {
+      parent = abs.parent_path().string();
+      base = abs.filename().string();
+    }
+    p = abs.string();
+  }
+  ResolvedCheckpoint out;
+  std::optional<std::vector<char>> text;
+  if (!parent.empty() && !base.empty()) {
+    out.storage = open_storage(parent, s3);
+    out.dir = base;
+    text = out.storage->read(join_dir(base, "manifest.json"));
+  }
+  if (!text) {
+    // Not a checkpoint directory: a root whose `latest` names the newest one?
+    std::unique_ptr<Storage> root = open_storage(p, s3);
+    const std::optional<std::vector<char>> latest = root->read("latest");
+    if (!latest) {
+      throw UserError(fmt::format("{}: neither a checkpoint directory (no manifest.json) nor a "
+                                  "checkpoint root (no `latest` file)", path));
+    }
+    std::string name(latest->begin(), latest->end());
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    if (name.empty() || name.find('/') != std::string::npos) {
+      throw UserError(fmt::format("{}: does not name a step directory", root->url("latest")));
+    }
+    text = root->read(join_dir(name, "manifest.json"));
+    if (!text) {
+      throw UserError(fmt::format("{} names {}, but {} does not exist", root->url("latest"), name,
+                                  root->url(join_dir(name, "manifest.json"))));
+    }
+    out.storage = std::move(root);
+    out.dir = name;
+  }
+  out.manifest = parse_manifest(std::string(text->begin(), text->end()),
+                                out.storage->url(join_dir(out.dir, "manifest.json")));
+  return out;
+}
+
+// ---- inspect --------------------------------------------------------------------------------
+
+std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify) {
+  const Manifest& m = ckpt.manifest;
+  Storage& storage = *ckpt.storage;
+  const std::string where = storage.url(join_dir(ckpt.dir, "manifest.json"));
+  std::string r;
+  auto line = [&r](const std::string& s) { r += s + "\n"; };
+  const CheckpointProgress& p = m.progress;
+  line(fmt::format("checkpoint {} (format version {})", storage.url(ckpt.dir), m.format_version));
+  line(fmt::format("step {}: {} samples, {} tokens consumed; {} optimizer steps; seed {}; last "
+                   "lr {:.6g}, global batch {}", p.step, p.consumed_samples, p.consumed_tokens,
+                   p.optimizer_steps, p.seed, p.lr, p.global_batch));
+  const ModelConfig& mc = m.model;
+  line(fmt::format("model {}: {} layers, d_model {}, {} heads, ffn {}, vocab {} (multiple {}), "
+                   "context {}", mc.name, mc.layers, mc.d_model, mc.heads, mc.ffn_dim(), mc.vocab,
+                   mc.vocab_multiple, mc.context));
+  const CheckpointLayout& l = m.layout;
+  line(fmt::format("saved with tp {} x pp {} x dp {}, ZeRO-1 {}, virtual stages {}, stage layers "
+                   "[{}], precision {}", l.tp, l.pp, l.dp, l.zero1 ? "on" : "off",
+                   l.virtual_stages, fmt::join(l.stage_layers, ", "), l.precision));
+  if (!m.data_train.empty() || !m.tokenizer.empty()) {
+    line(fmt::format("data {}, tokenizer {}", m.data_train, m.tokenizer));
+  }
+  int64_t total = 0, lo = 0, hi = 0;
+  for (const ShardFileInfo& f : m.files) {
+    lo = &f == &m.files.front() ? f.bytes : std::min(lo, f.bytes);
+    hi = std::max(hi, f.bytes);
+    total += f.bytes;
+  }
+  const double mean = m.files.empty() ? 0.0 : static_cast<double>(total) / m.files.size();
+  line(fmt::format("files: {}, {} ({} bytes); per file min {}, max {}, mean {}", m.files.size(),
+                   human_bytes(total), total, human_bytes(lo), human_bytes(hi), human_bytes(mean)));
+
+  // The tensor table.
+  const std::vector<std::string> names = tensor_names(m);
+  size_t width = 6;
+  for (const std::string& n : names) width = std::max(width, n.size());
+  line("");
+  line(fmt::format("{:<{}}  {:<16} {:>6} {:>14}", "tensor", width, "global shape", "shards",
+                   "parameters"));
+  int64_t params = 0;
+  for (const std::string& name : names) {
+    const std::vector<StoredPiece>& pieces = m.tensors.at(name);
+    const std::vector<int64_t>& global = pieces.front().piece.global_shape;
+    const int64_t n = numel(real_shape(m, name, global, where));
+    params += n;
+    const std::string note = n != numel(global) ? fmt::format("  ({} of {} rows; the rest is "
+                                                              "padding)", mc.vocab, global[0])
+                                                : "";
+    line(fmt::format("{:<{}}  {:<16} {:>6} {:>14}{}", name, width,
+                     fmt::format("[{}]", fmt::join(global, ", ")), pieces.size(), n, note));
+  }
+  line(fmt::format("total parameters: {} ({:.2f}M) in {} tensors, each tensor once, {} by its "
+                   "{} vocabulary rows", params, static_cast<double>(params) / 1e6, names.size(),
+                   kWordEmbedding, mc.vocab));
+  if (!verify) return r;
+
+  // Verification: every file whole, its size and CRC-32, and the pieces it holds.
+  line("");
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const ShardFileInfo& f = m.files[i];
+    std::string why;
+    std::optional<std::vector<char>> bytes = read_verified(storage, ckpt.dir, f, why);
+    if (bytes) {
+      try {
+        using Key = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
+                               std::vector<int64_t>, int64_t, int64_t>;
+        auto key = [](const TensorPiece& t) {
+          return Key{t.name, t.global_shape, t.offset, t.shape, t.flat_begin, t.flat_end};
+        };
+        std::set<Key> listed, held;
+        for (const auto& [name, pieces] : m.tensors) {
+          for (const StoredPiece& sp : pieces) {
+            if (sp.file == static_cast<int>(i)) listed.insert(key(sp.piece));
+          }
+        }
+        ShardReader reader(*bytes, storage.url(join_dir(ckpt.dir, f.name)));
+        for (const TensorPiece& t : reader.pieces()) held.insert(key(t));
+        if (listed != held) {
+          why = fmt::format("{}: holds {} pieces, the manifest lists {} for it, and they differ",
+                            storage.url(join_dir(ckpt.dir, f.name)), held.size(), listed.size());
+        }
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
+      bad.push_back(f.name);
+      line("BAD " + why);
+    }
+  }
+  line(fmt::format("verify: {} of {} files ok (size, CRC-32 and pieces as the manifest says)",
+                   m.files.size() - bad.size(), m.files.size()));
+  if (!bad.empty()) {
+    throw CheckpointVerifyError(
+        fmt::format("{}: {} of {} shard files failed verification: {}", storage.url(ckpt.dir),
+                    bad.size(), m.files.size(), fmt::join(bad, ", ")),
+        r);
+  }
+  return r;
+}
+
+// ---- export ---------------------------------------------------------------------------------
+
+ExportStats export_safetensors(Storage& storage, const std::string& dir, const Manifest& manifest,
+                               const std::string& out_path, const std::string& dtype) {
+  if (dtype != "f32" && dtype != "bf16") {
+    throw UserError(fmt::format("--dtype {}: expected f32 or bf16", dtype));
+  }
+  const bool bf16_out = dtype == "bf16";
+  const int64_t esize = bf16_out ? 2 : 4;
+  const std::string where = storage.url(join_dir(dir, "manifest.json"));
+
+  // The layout of the output, from the manifest alone.
+  struct Out {
+    std::vector<int64_t> global, shape;  // as saved; as exported
+    int64_t begin = 0, numel = 0;        // byte offset in the data section; elements
+    Coverage written;
+  };
+  std::map<std::string, Out> outs;
+  nlohmann::ordered_json header;
+  int64_t data_bytes = 0, params = 0;
+  for (const std::string& name : tensor_names(manifest)) {
+    Out o;
+    o.global = manifest.tensors.at(name).front().piece.global_shape;
+    o.shape = real_shape(manifest, name, o.global, where);
+    o.numel = numel(o.shape);
+    o.begin = data_bytes;
+    data_bytes += o.numel * esize;
+    params += o.numel;
+    header[name] = {{"dtype", bf16_out ? "BF16" : "F32"},
+                    {"shape", o.shape},
+                    {"data_offsets", {o.begin, data_bytes}}};
+    outs.emplace(name, std::move(o));
+  }
+  const ModelConfig& mc = manifest.model;
+  const CheckpointProgress& pr = manifest.progress;
+  header["__metadata__"] = {
+      {"format", "pt"},  // what Hugging Face loaders expect; the names stay jumbo's
+      {"producer", "jumbo ckpt export"},
+      {"source", storage.url(dir)},
+      {"step", std::to_string(pr.step)},
+      {"consumed_samples", std::to_string(pr.consumed_samples)},
+      {"consumed_tokens", std::to_string(pr.consumed_tokens)},
+      {"dtype", bf16_out ? "bf16 (fp32 master weights rounded to nearest even)" : "f32"},
+      {"model.name", mc.name},
+      {"model.layers", std::to_string(mc.layers)},
+      {"model.d_model", std::to_string(mc.d_model)},
+      {"model.heads", std::to_string(mc.heads)},
+      {"model.ffn", std::to_string(mc.ffn_dim())},
+      {"model.vocab", std::to_string(mc.vocab)},
+      {"model.context", std::to_string(mc.context)},
+      {"model.vocab_multiple", std::to_string(mc.vocab_multiple)}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  const int64_t data_start = 8 + static_cast<int64_t>(text.size());
+
+  TempFile out(out_path + ".tmp", out_path);
+  const uint64_t n = text.size();
+  out.write_at(&n, 8, 0);
+  out.write_at(text.data(), text.size(), 8);
+  out.resize(data_start + data_bytes);
+
+  // Each shard file once: verified, then its master pieces written to their places.
+  std::vector<std::vector<const StoredPiece*>> by_file(manifest.files.size());
+  for (const auto& [name, pieces] : manifest.tensors) {
+    for (const StoredPiece& sp : pieces) by_file[static_cast<size_t>(sp.file)].push_back(&sp);
+  }
+  std::vector<char> buf;
+  for (size_t i = 0; i < manifest.files.size(); ++i) {
+    if (by_file[i].empty()) continue;
+    std::string why;
+    const std::optional<std::vector<char>> bytes =
+        read_verified(storage, dir, manifest.files[i], why);
+    if (!bytes) throw UserError(why);
+    ShardReader reader(*bytes, storage.url(join_dir(dir, manifest.files[i].name)));
+    for (const StoredPiece* sp : by_file[i]) {
+      Out& o = outs.at(sp->piece.name);
+      TensorPiece full;  // the whole exported tensor, as a piece of the saved one
+      full.name = sp->piece.name;
+      full.global_shape = o.global;
+      full.offset.assign(o.shape.size(), 0);
+      full.shape = o.shape;
+      full.flat_end = o.numel;
+      const std::vector<OverlapRun> runs = piece_overlap(sp->piece, full);
+      if (runs.empty()) continue;  // only padding rows
+      const std::vector<float> values = reader.read_piece(sp->piece, 0);
+      for (const OverlapRun& run : runs) {
+        const float* src = values.data() + run.a;
+        const void* data = src;
+        if (bf16_out) {
+          buf.resize(static_cast<size_t>(run.length) * 2);
+          for (int64_t e = 0; e < run.length; ++e) {
+            const uint16_t bits = f32_to_bf16(src[e]).bits;
+            std::memcpy(buf.data() + e * 2, &bits, 2);
+          }
+          data = buf.data();
+        }
+        out.write_at(data, static_cast<size_t>(run.length * esize),
+                     data_start + o.begin + run.b * esize);
+        o.written.add(run.b, run.b + run.length);
+      }
+    }
+  }
+  for (const auto& [name, o] : outs) {
+    if (o.written.covered() != o.numel) {
+      throw UserError(fmt::format("{}: tensor {}: the shards hold {} of its {} elements (the "
+                                  "manifest is incomplete); nothing written to {}", where, name,
+                                  o.written.covered(), o.numel, out_path));
+    }
+  }
+  out.commit();
+  return {static_cast<int64_t>(outs.size()), params, data_start + data_bytes};
+}
+
+}  // namespace jumbo

@@ -1,0 +1,96 @@
+// jumbo ckpt: offline checkpoint tools, one function per subcommand. PATH is a checkpoint
+// directory or a checkpoint root (its `latest`), local or s3:// (S3 settings from the AWS_*
+// environment variables only). One process: run it without mpirun.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "jumbo/ckpt/tools.h"
+#include "verbs.h"
+
+namespace jumbo::cli {
+namespace {
+
+// Empty fields: the storage falls back to AWS_REGION, AWS_ENDPOINT_URL_S3 and the like.
+S3Options s3_from_environment() { return S3Options{}; }
+
+void add_inspect(CLI::App& ckpt, VerbRunner& run) {
+  struct Args {
+    std::string path;
+    bool verify = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = ckpt.add_subcommand("inspect", "describe a checkpoint: progress, model, "
+                                                 "layout, files, tensors");
+  cmd->add_option("path", args->path, "checkpoint directory, or a root holding `latest`")
+      ->required();
+  cmd->add_flag("--verify", args->verify,
+                "read every shard file and check its size, CRC-32 and pieces");
+  cmd->callback([&run, args] {
+    run = [args] {
+      const ResolvedCheckpoint ckpt = resolve_checkpoint(args->path, s3_from_environment());
+      try {
+        fmt::print("{}", inspect_checkpoint(ckpt, args->verify));
+      } catch (const CheckpointVerifyError& e) {
+        fmt::print("{}", e.report);  // the report names each bad file; the error sums up
+        std::fflush(stdout);
+        throw;
+      }
+      return 0;
+    };
+  });
+}
+
+void add_export(CLI::App& ckpt, VerbRunner& run) {
+  struct Args {
+    std::string path, format, output, dtype = "f32";
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = ckpt.add_subcommand("export", "write the master weights as one file of full "
+                                                "tensors, for use outside jumbo");
+  cmd->add_option("path", args->path, "checkpoint directory, or a root holding `latest`")
+      ->required();
+  cmd->add_option("--format", args->format, "output format: safetensors")->required();
+  cmd->add_option("-o,--output", args->output, "the file to write")->required();
+  cmd->add_option("--dtype", args->dtype, "f32 or bf16 (rounded to nearest even)")
+      ->capture_default_str();
+  cmd->callback([&run, args] {
+    run = [args] {
+      if (args->format != "safetensors") {
+        throw UserError(fmt::format("jumbo ckpt export: --format {}: the only format is "
+                                    "safetensors", args->format));
+      }
+      if (args->dtype != "f32" && args->dtype != "bf16") {
+        throw UserError(fmt::format("jumbo ckpt export: --dtype {}: expected f32 or bf16",
+                                    args->dtype));
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const ResolvedCheckpoint ckpt = resolve_checkpoint(args->path, s3_from_environment());
+      const ExportStats s = export_safetensors(*ckpt.storage, ckpt.dir, ckpt.manifest,
+                                               args->output, args->dtype);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fmt::print("wrote {}: {} tensors, {} parameters, {}, {:.1f} MiB, from {} (step {}) in "
+                 "{:.1f} s\n", args->output, s.tensors, s.parameters, args->dtype,
+                 static_cast<double>(s.bytes) / (1 << 20), ckpt.storage->url(ckpt.dir),
+                 ckpt.manifest.progress.step, secs);
+      return 0;
+    };
+  });
+}
+
+// `convert` (re-shard a checkpoint for another layout) will be added here as add_convert().
+
+}  // namespace
+
+void add_ckpt_verb(CLI::App& app, VerbRunner& run) {
+  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect, verify and export checkpoints");
+  ckpt->require_subcommand(1);
+  add_inspect(*ckpt, run);
+  add_export(*ckpt, run);
+}
+
+}  // namespace jumbo::cli
