@@ -1,7 +1,6 @@
 #include "jumbo/ckpt/checkpointer.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,19 +14,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint32_t crc32_of(const std::vector<char>& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {  // zlib takes uInt lengths
-    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
-    p += n;
-    left -= n;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 // Fault injection for the crash test (tests/ckpt/kill_during_save.sh):
@@ -155,7 +141,7 @@ void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Mani
       throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)",
                                   url, bytes->size(), f.bytes));
     }
-    const uint32_t crc = crc32_of(*bytes);
+    const uint32_t crc = file_crc32(*bytes);
     if (crc != f.crc32) {
       throw UserError(fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is "
                                   "corrupt)", url, crc, f.crc32));
@@ -219,15 +205,17 @@ void Checkpointer::save(const Manifest& header, const std::vector<PieceData>& pi
     std::vector<TensorPiece> described;
     for (const PieceData& p : pieces) described.push_back(p.piece);
     // The snapshot: after this, training may change the state.
-    auto image = std::make_shared<std::vector<char>>(build_shard_image(
-        pieces, {{"step", header.progress.step}, {"format_version", kCheckpointFormatVersion}}));
+    build_shard_image(pieces,
+                      {{"step", header.progress.step}, {"format_version", kCheckpointFormatVersion}},
+                      *image_);
+    const std::shared_ptr<std::vector<char>> image = image_;
     last_save_.bytes = static_cast<int64_t>(image->size());
     const std::string key = join_dir(dir, file_name);
     Storage* storage = storage_.get();
     const int64_t step = header.progress.step;
     auto task = [this, storage, image, key, file_name, step, described = std::move(described)] {
       try {
-        ShardFileInfo info{file_name, static_cast<int64_t>(image->size()), crc32_of(*image)};
+        ShardFileInfo info{file_name, static_cast<int64_t>(image->size()), file_crc32(*image)};
         storage->write(key, image->data(), image->size());
         if (const double stall = test_stall_s(step); stall > 0) {
           std::this_thread::sleep_for(std::chrono::duration<double>(stall));

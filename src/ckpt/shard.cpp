@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 #include <hdf5_hl.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -68,6 +69,27 @@ Rect rect_of(const TensorPiece& p) {
 
 }  // namespace
 
+uint32_t file_crc32(const std::vector<char>& bytes) {
+  // Blocks on every OpenMP thread, joined with crc32_combine: one core reaches ~2 GB/s.
+  constexpr size_t kBlock = size_t{16} << 20;
+  const int64_t blocks = static_cast<int64_t>((bytes.size() + kBlock - 1) / kBlock);
+  std::vector<uLong> crcs(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t begin = static_cast<size_t>(b) * kBlock;
+    const size_t n = std::min(kBlock, bytes.size() - begin);
+    crcs[static_cast<size_t>(b)] = crc32(crc32(0L, Z_NULL, 0),
+                                         reinterpret_cast<const Bytef*>(bytes.data() + begin),
+                                         static_cast<uInt>(n));
+  }
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t n = std::min(kBlock, bytes.size() - static_cast<size_t>(b) * kBlock);
+    crc = crc32_combine(crc, crcs[static_cast<size_t>(b)], static_cast<z_off_t>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
 int64_t TensorPiece::rect_numel() const {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
@@ -110,6 +132,14 @@ std::vector<OverlapRun> piece_overlap(const TensorPiece& a, const TensorPiece& b
 
 std::vector<char> build_shard_image(const std::vector<PieceData>& pieces,
                                     const std::vector<std::pair<std::string, int64_t>>& file_attrs) {
+  std::vector<char> image;
+  build_shard_image(pieces, file_attrs, image);
+  return image;
+}
+
+void build_shard_image(const std::vector<PieceData>& pieces,
+                       const std::vector<std::pair<std::string, int64_t>>& file_attrs,
+                       std::vector<char>& image) {
   quiet_hdf5();
   size_t payload = 0;
   for (const PieceData& p : pieces) payload += static_cast<size_t>(p.piece.count()) * 4 * 3;
@@ -146,11 +176,10 @@ std::vector<char> build_shard_image(const std::vector<PieceData>& pieces,
   check(H5Fflush(file.id, H5F_SCOPE_GLOBAL), "H5Fflush", "shard");
   const ssize_t size = H5Fget_file_image(file.id, nullptr, 0);
   if (size <= 0) throw std::runtime_error("HDF5: H5Fget_file_image failed for shard");
-  std::vector<char> image(static_cast<size_t>(size));
+  image.resize(static_cast<size_t>(size));
   if (H5Fget_file_image(file.id, image.data(), image.size()) != size) {
     throw std::runtime_error("HDF5: H5Fget_file_image failed for shard");
   }
-  return image;
 }
 
 ShardReader::ShardReader(const std::vector<char>& image, std::string name) : name_(std::move(name)) {

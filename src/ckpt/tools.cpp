@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
@@ -31,18 +30,6 @@ static_assert(std::endian::native == std::endian::little, "export assumes a litt
 
 constexpr const char* kWordEmbedding = "embedding.word";  // the one tensor with padded rows
 
-uint32_t crc32_of(const std::vector<char>& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {  // zlib takes uInt lengths
-    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
-    p += n;
-    left -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 std::string join_dir(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
@@ -57,7 +44,7 @@ std::optional<std::vector<char>> read_verified(Storage& storage, const std::stri
   } else if (static_cast<int64_t>(bytes->size()) != f.bytes) {
     why = fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", url,
                       bytes->size(), f.bytes);
-  } else if (const uint32_t crc = crc32_of(*bytes); crc != f.crc32) {
+  } else if (const uint32_t crc = file_crc32(*bytes); crc != f.crc32) {
     why = fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is corrupt)", url,
                       crc, f.crc32);
   } else {

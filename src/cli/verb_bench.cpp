@@ -3,6 +3,7 @@
 #include <string>
 
 #include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/obs/peak.h"
 #include "jumbo/train/bench.h"
@@ -46,6 +47,27 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       auto backend = make_cpu_backend();
       const TrainBenchResult r = bench_train(m, args->opts, *backend);
       fmt::print("{}\n", describe(r, m, args->opts));
+      return 0;
+    };
+  });
+
+  auto ck = std::make_shared<std::pair<std::string, CkptBenchOptions>>();
+  CLI::App* ckpt = bench->add_subcommand("ckpt", "checkpoint save and load: MiB/s against a plain "
+                                                 "write of the same bytes");
+  ckpt->add_option("-m,--model", ck->first, "model preset TOML")->required();
+  ckpt->add_option("--dir", ck->second.dir, "directory (or s3:// prefix) to write into")
+      ->required();
+  ckpt->add_option("--tp", ck->second.tp)->capture_default_str();
+  ckpt->add_option("--pp", ck->second.pp)->capture_default_str();
+  ckpt->add_flag("--zero1", ck->second.zero1, "every dp rank saves its optimizer slice");
+  ckpt->add_flag("--async", ck->second.async, "write from a background thread");
+  ckpt->add_option("--repeats", ck->second.repeats)->capture_default_str();
+  ckpt->callback([&run, ck] {
+    run = [ck] {
+      auto world = mpi_world();
+      const CkptBenchResult r =
+          bench_checkpoint(load_model_config(ck->first), ck->second, *world);
+      if (world->rank() == 0) fmt::print("{}\n", describe(r, ck->second, world->size()));
       return 0;
     };
   });

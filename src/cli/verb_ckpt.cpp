@@ -1,6 +1,6 @@
 // jumbo ckpt: offline checkpoint tools, one function per subcommand. PATH is a checkpoint
 // directory or a checkpoint root (its `latest`), local or s3:// (S3 settings from the AWS_*
-// environment variables only). One process: run it without mpirun.
+// environment variables only). inspect and export run in one process, without mpirun.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,6 +9,8 @@
 #include <string>
 
 #include "jumbo/ckpt/tools.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/train/convert.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -82,7 +84,46 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
   });
 }
 
-// `convert` (re-shard a checkpoint for another layout) will be added here as add_convert().
+// Re-shards a checkpoint for another layout; runs alone or under mpirun (target files are
+// dealt to the ranks).
+void add_convert(CLI::App& ckpt, VerbRunner& run) {
+  struct Args {
+    std::string path, output;
+    TargetLayout layout;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = ckpt.add_subcommand("convert", "write a checkpoint for another layout (tp, pp, "
+                                                 "dp, ZeRO-1), to a directory or s3:// prefix");
+  cmd->add_option("path", args->path, "checkpoint directory, or a root holding `latest`")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "checkpoint root that receives step_N/")
+      ->required();
+  cmd->add_option("--tp", args->layout.tp, "tensor-parallel size")->capture_default_str();
+  cmd->add_option("--pp", args->layout.pp, "pipeline stages")->capture_default_str();
+  cmd->add_option("--dp", args->layout.dp, "data-parallel size")->capture_default_str();
+  cmd->add_flag("--zero1", args->layout.zero1, "each dp rank saves its optimizer slice");
+  cmd->add_option("--virtual-stages", args->layout.virtual_stages,
+                  "model chunks per pipeline rank")->capture_default_str();
+  cmd->add_option("--bucket-size", args->layout.bucket_size,
+                  "ZeRO-1 bucket size in elements")->capture_default_str();
+  cmd->callback([&run, args] {
+    run = [args] {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto world = mpi_world();
+      const ConvertStats s = convert_checkpoint(args->path, args->output, args->layout, *world,
+                                                s3_from_environment());
+      const double total = world->all_reduce_scalar(static_cast<double>(s.bytes), ReduceOp::sum);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (world->rank() == 0) {
+        fmt::print("converted {} to {} for tp {} x pp {} x dp {}{}: {:.1f} MiB in {:.1f} s\n",
+                   args->path, args->output, args->layout.tp, args->layout.pp, args->layout.dp,
+                   args->layout.zero1 ? ", ZeRO-1" : "", total / (1 << 20), secs);
+      }
+      return 0;
+    };
+  });
+}
 
 }  // namespace
 
@@ -91,6 +132,7 @@ void add_ckpt_verb(CLI::App& app, VerbRunner& run) {
   ckpt->require_subcommand(1);
   add_inspect(*ckpt, run);
   add_export(*ckpt, run);
+  add_convert(*ckpt, run);
 }
 
 }  // namespace jumbo::cli

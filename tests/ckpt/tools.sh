@@ -215,5 +215,27 @@ assert ranged > 0, "the ZeRO-1 checkpoint has no element-range pieces"
 print(f"ok: {len(tensors)} tensors equal the shards' master datasets (f32 and bf16); "
       f"ZeRO-1 export assembled from {ranged} element-range pieces")
 EOF
+# convert: the tp 2 x pp 2 checkpoint for tp 1 x pp 1 x dp 2 with ZeRO-1, on 2 processes;
+# the result verifies, and exports the same tensors bit for bit.
+OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$jumbo" ckpt convert "$tmp/ck" -o "$tmp/conv" \
+  --dp 2 --zero1 --bucket-size 5000 >"$tmp/convert.log" 2>&1 ||
+  { cat "$tmp/convert.log"; fail "convert"; }
+"$jumbo" ckpt inspect "$tmp/conv" --verify >"$tmp/conv.inspect" 2>&1 || fail "converted: verify"
+grep -q "saved with tp 1 x pp 1 x dp 2, ZeRO-1 on" "$tmp/conv.inspect" ||
+  { cat "$tmp/conv.inspect"; fail "converted: layout"; }
+"$jumbo" ckpt export "$tmp/conv" --format safetensors -o "$tmp/conv.safetensors" >/dev/null ||
+  fail "converted: export"
+/usr/bin/python3 - "$tmp/f32.safetensors" "$tmp/conv.safetensors" <<'EOF' || fail "converted export differs"
+import json, struct, sys
+def split(path):  # tensor entries and data; __metadata__ names the source path, so it differs
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__")
+    return h, b[8 + n:]
+assert split(sys.argv[1]) == split(sys.argv[2])
+EOF
+expect_error convert_bad_tp "--tp 3 does not divide model.heads" \
+  "$jumbo" ckpt convert "$tmp/ck" -o "$tmp/conv3" --tp 3
 ((failures == 0)) || exit 1
-echo "ok: inspect, verify and safetensors export"
+echo "ok: inspect, verify, safetensors export and convert"

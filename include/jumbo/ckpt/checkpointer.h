@@ -96,7 +96,8 @@ class Checkpointer {
   Comm& world_;
   std::unique_ptr<Storage> storage_;
   std::unique_ptr<BackgroundWorker> worker_;
-  // The save in flight.
+  // The save in flight; its shard image (kept between saves: same size each time).
+  std::shared_ptr<std::vector<char>> image_ = std::make_shared<std::vector<char>>();
   bool pending_ = false;
   Manifest pending_header_;
   std::string pending_record_;   // this rank's file record, filled by the write task

@@ -41,10 +41,18 @@ struct PieceData {
   std::array<float*, kCheckpointStates.size()> state{};
 };
 
+// zlib's CRC-32 of a whole file (the manifest's checksum).
+uint32_t file_crc32(const std::vector<char>& bytes);
+
 // The HDF5 file holding `pieces`, built in memory (this is the host copy an asynchronous
 // save writes out while training goes on). `file_attrs` become attributes of the root group.
 std::vector<char> build_shard_image(const std::vector<PieceData>& pieces,
                                     const std::vector<std::pair<std::string, int64_t>>& file_attrs);
+// The same into `image`, reusing its memory (a rank saves the same size every time: keeping
+// the buffer saves a page-faulting allocation of the whole shard per save).
+void build_shard_image(const std::vector<PieceData>& pieces,
+                       const std::vector<std::pair<std::string, int64_t>>& file_attrs,
+                       std::vector<char>& image);
 
 // Reads pieces out of a shard held in memory (verified by the caller).
 class ShardReader {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 
 namespace jumbo {
@@ -34,5 +35,33 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
                              Backend& backend);
 std::string describe(const TrainBenchResult& r, const ModelConfig& model,
                      const TrainBenchOptions& opts);
+
+}  // namespace jumbo
+
+namespace jumbo {
+
+// `jumbo bench ckpt`: save and load of one rank's checkpoint state for a model and layout
+// (this process's place in a tp x pp x dp grid over the MPI world), against a plain write of
+// the same bytes to the same directory in the same run (the disk's own speed).
+struct CkptBenchOptions {
+  std::string dir;          // a directory (local disk) or s3:// prefix
+  int64_t tp = 1, pp = 1;
+  bool zero1 = false;
+  bool async = false;
+  int64_t repeats = 3;
+};
+
+struct CkptBenchResult {
+  int64_t bytes_per_rank = 0;    // this rank's shard (rank 0)
+  int64_t bytes_total = 0;       // every rank's shards
+  double save_s = 0;             // median; until the manifest is written
+  double blocked_s = 0;          // median time training would wait (the snapshot if async)
+  double load_s = 0;             // median; shards evicted from the page cache first
+  double raw_write_s = 0;        // median: the same bytes written with fsync, no HDF5
+};
+
+CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOptions& opts,
+                                 Comm& world);
+std::string describe(const CkptBenchResult& r, const CkptBenchOptions& opts, int world_size);
 
 }  // namespace jumbo

@@ -6,10 +6,14 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "layout_support.h"
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/ckpt/manifest.h"
+#include "jumbo/train/convert.h"
 #include "jumbo/train/trainer.h"
 
 namespace jumbo {
@@ -114,6 +118,64 @@ INSTANTIATE_TEST_SUITE_P(OtherLayouts, ResumeLayouts,
                          ::testing::Values(std::make_tuple(1, 4, false), std::make_tuple(1, 4, true),
                                            std::make_tuple(4, 1, true), std::make_tuple(4, 1, false),
                                            std::make_tuple(8, 1, false)));
+
+// Offline conversion to (4, 1, 2) gives the state a (4, 1, 2) run loads from the original:
+// resuming from either repeats the same losses and weights bit for bit.
+TEST(Checkpoint, ConvertedCheckpointLoadsLikeTheOriginal) {
+  if (!eight_ranks()) GTEST_SKIP() << "needs 8 ranks";
+  auto w = mpi_world();
+  const std::string original = saved_at_step_5();
+  const std::string converted = fresh_dir("converted-412");
+  TargetLayout target;
+  target.tp = 4;
+  target.dp = 2;
+  target.zero1 = true;
+  target.bucket_size = 3000;  // several buckets: ZeRO-1 cuts tensors into element ranges
+  convert_checkpoint(original, converted, target, *w, {});
+  if (w->rank() == 0) {
+    std::ifstream f(fs::path(converted) / "step_00000005" / "manifest.json");
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const Manifest m = parse_manifest(text, "converted");
+    EXPECT_EQ(m.layout.tp, 4);
+    EXPECT_EQ(m.layout.dp, 2);
+    EXPECT_EQ(m.files.size(), 8u);
+    EXPECT_EQ(m.progress.step, 5);
+  }
+  std::vector<std::vector<double>> losses;
+  std::vector<std::vector<float>> weights;
+  for (const std::string& dir : {original, converted}) {
+    auto backend = make_cpu_backend();
+    Trainer t(resuming_config(4, 1, false, dir), *backend, w);
+    losses.push_back(t.run().losses);
+    Tensor m = t.model().params().all_master();
+    weights.emplace_back(m.as<float>(), m.as<float>() + m.numel());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(weights[0], weights[1]);
+}
+
+// model.vocab = 500 is padded to 512 with tp 2 and to 1024 with tp 8: a checkpoint saved with
+// one padding loads into the other (the padded rows are never used).
+TEST(Checkpoint, ResumesAcrossVocabularyPadding) {
+  if (!eight_ranks()) GTEST_SKIP() << "needs 8 ranks";
+  RunConfig one = test::layout_config(1, 1, false, "fp32");
+  one.model.vocab = 500;
+  const std::vector<double> ref = test::solo_run(one).losses;
+  const std::string dir = fresh_dir("vocab-500");
+  auto backend = make_cpu_backend();
+  {
+    RunConfig save = saving_config(2, 2, true, dir, 5);
+    save.model.vocab = 500;
+    Trainer(save, *backend, mpi_world()).run();
+  }
+  RunConfig cfg = resuming_config(8, 1, false, dir);
+  cfg.model.vocab = 500;
+  Trainer t(cfg, *backend, mpi_world());
+  EXPECT_EQ(t.model().padded_vocab(), 1024);
+  const TrainSummary s = t.run();
+  ASSERT_EQ(s.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(s.losses[i], ref[5 + i], 1e-5 * ref[5 + i]);
+}
 
 // Retention: keep the newest 2 and every 4th step for good; a sync save each 2 steps.
 TEST(Checkpoint, RetentionKeepsTheLastNAndEveryKth) {
