@@ -10,151 +10,19 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <string_view>
 #include <thread>
 
 #include "jumbo/config/config.h"
+#include "s3_http.h"
+#include "s3_xml.h"
 
 namespace jumbo {
 
-struct S3Client::Request {
-  std::string method, url;
-  std::string where;  // the s3:// URL, for messages
-  std::vector<std::string> headers;
-  const char* body = nullptr;
-  size_t body_size = 0;
-  int max_attempts = 0;       // 0: S3Options::max_attempts
-  bool error_in_200 = false;  // CompleteMultipartUpload may answer 200 with an <Error>
-  long connect_timeout_ms = 10000;
-  long timeout_ms = 0;  // 0: none, but a stalled transfer (<1 KiB/s for 60 s) is abandoned
-};
-
-struct S3Client::Response {
-  CURLcode rc = CURLE_OK;
-  std::string error;  // curl's words for rc; never holds credentials
-  long status = 0;
-  std::vector<char> body;
-  std::string etag;
-  std::string bucket_region;
-  std::string_view text() const { return {body.data(), body.size()}; }
-};
+using namespace s3;
 
 namespace {
-
-using Clock = std::chrono::system_clock;
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string uri_encode(std::string_view s, bool keep_slash) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (const unsigned char c : s) {
-    const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                            (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
-                            c == '~' || (keep_slash && c == '/');
-    if (unreserved) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-// A character reference (&#233;) as UTF-8: 1 to 4 bytes, continuation bytes 10xxxxxx.
-void append_utf8(std::string& out, unsigned long cp) {
-  static const unsigned char lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
-  const int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-  out += static_cast<char>(n == 1 ? cp : lead[n] | (cp >> (6 * (n - 1))));
-  for (int i = n - 2; i >= 0; --i) out += static_cast<char>(0x80 | ((cp >> (6 * i)) & 0x3F));
-}
-
-std::string xml_unescape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    const size_t semi = s[i] == '&' ? s.find(';', i) : std::string_view::npos;
-    if (semi == std::string_view::npos || semi - i > 10) {
-      out += s[i];
-      continue;
-    }
-    const std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (ent.size() > 1 && ent[0] == '#') {
-      const bool hex = ent[1] == 'x' || ent[1] == 'X';
-      append_utf8(out, std::strtoul(std::string(ent.substr(hex ? 2 : 1)).c_str(), nullptr,
-                                    hex ? 16 : 10));
-    } else {
-      out.append(s.substr(i, semi - i + 1));  // unknown entity: keep as is
-    }
-    i = semi;
-  }
-  return out;
-}
-
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out += c;
-  }
-  return out;
-}
-
-// The raw contents of every <tag>...</tag> (or <tag/>) in order. S3's answers are flat
-// enough that this scan is all we need: no element contains one of its own name.
-std::vector<std::string_view> xml_all(std::string_view xml, std::string_view tag) {
-  std::vector<std::string_view> out;
-  const std::string open = "<" + std::string(tag);
-  const std::string close = "</" + std::string(tag) + ">";
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    const size_t after = pos + open.size();
-    if (after >= xml.size()) break;
-    const char c = xml[after];
-    if (c != '>' && c != '/' && c != ' ') {  // a longer name: <PrefixX>
-      pos = after;
-      continue;
-    }
-    const size_t gt = xml.find('>', after);
-    if (gt == std::string_view::npos) break;
-    if (xml[gt - 1] == '/') {
-      out.emplace_back();
-      pos = gt + 1;
-      continue;
-    }
-    const size_t end = xml.find(close, gt + 1);
-    if (end == std::string_view::npos) break;
-    out.push_back(xml.substr(gt + 1, end - gt - 1));
-    pos = end + close.size();
-  }
-  return out;
-}
-
-std::string xml_first(std::string_view xml, std::string_view tag) {
-  const auto all = xml_all(xml, tag);
-  return all.empty() ? std::string() : xml_unescape(all.front());
-}
 
 // One line: messages must not wrap whatever a server put in them.
 std::string one_line(std::string s, size_t max = 300) {
@@ -162,9 +30,6 @@ std::string one_line(std::string s, size_t max = 300) {
   if (s.size() > max) s = s.substr(0, max) + "...";
   return s;
 }
-
-using Transfer = S3Client::Response;
-using HttpCall = S3Client::Request;
 
 struct Upload {
   const char* data;
@@ -225,9 +90,30 @@ size_t header_cb(char* buf, size_t size, size_t n, void* p) {
   return size * n;
 }
 
+
+bool transient(CURLcode rc) {
+  for (const CURLcode t : {CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT,
+                           CURLE_OPERATION_TIMEDOUT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
+                           CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_SSL_CONNECT_ERROR,
+                           CURLE_HTTP2, CURLE_HTTP2_STREAM}) {
+    if (rc == t) return true;
+  }
+  return false;
+}
+
+// 100 ms doubling to 5 s, with jitter so that many ranks do not retry in lockstep.
+std::chrono::milliseconds backoff(int attempt) {
+  const double ms = std::min(5000.0, 100.0 * std::pow(2.0, attempt - 1));
+  thread_local std::mt19937 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(ms * jitter(rng)));
+}
+
+}  // namespace
+
 // One HTTP exchange, signed with `creds` unless null (the metadata service).
-void perform(CURL* h, const HttpCall& c, const AwsCredentials* creds, const std::string& region,
-             Transfer& t) {
+void s3::perform(CURL* h, const HttpCall& c, const AwsCredentials* creds,
+                 const std::string& region, Transfer& t) {
   curl_easy_reset(h);  // keeps the connection cache
   char errbuf[CURL_ERROR_SIZE] = "";
   curl_slist* headers = nullptr;
@@ -285,41 +171,6 @@ void perform(CURL* h, const HttpCall& c, const AwsCredentials* creds, const std:
   curl_slist_free_all(headers);
 }
 
-bool transient(CURLcode rc) {
-  for (const CURLcode t : {CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT,
-                           CURLE_OPERATION_TIMEDOUT, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
-                           CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_SSL_CONNECT_ERROR,
-                           CURLE_HTTP2, CURLE_HTTP2_STREAM}) {
-    if (rc == t) return true;
-  }
-  return false;
-}
-
-// 100 ms doubling to 5 s, with jitter so that many ranks do not retry in lockstep.
-std::chrono::milliseconds backoff(int attempt) {
-  const double ms = std::min(5000.0, 100.0 * std::pow(2.0, attempt - 1));
-  thread_local std::mt19937 rng{std::random_device{}()};
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  return std::chrono::milliseconds(static_cast<int64_t>(ms * jitter(rng)));
-}
-
-Clock::time_point parse_iso8601(const std::string& s) {
-  std::tm tm{};
-  if (std::sscanf(s.c_str(), "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6) {
-    return Clock::now() + std::chrono::minutes(15);  // unknown: look again soon
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return Clock::from_time_t(timegm(&tm));
-}
-
-std::string strip_slash(std::string s) {
-  while (!s.empty() && s.back() == '/') s.pop_back();
-  return s;
-}
-
-}  // namespace
 
 // Easy handles kept for their connections (TLS sessions), one per concurrent request.
 struct S3Client::HandlePool {
@@ -341,57 +192,6 @@ struct S3Client::HandlePool {
   }
 };
 
-std::optional<AwsCredentials> fetch_imds_credentials(const std::string& endpoint,
-                                                     std::string* why) {
-  global_init();
-  std::unique_ptr<CURL, void (*)(CURL*)> h(curl_easy_init(), curl_easy_cleanup);
-  const std::string base = strip_slash(endpoint);
-  auto call = [&](const std::string& method, const std::string& path,
-                  const std::string& header) {
-    HttpCall c{method, base + path, "", {header}};
-    c.connect_timeout_ms = 1000;
-    c.timeout_ms = 3000;
-    Transfer t;
-    perform(h.get(), c, nullptr, "", t);
-    return t;
-  };
-  Transfer t = call("PUT", "/latest/api/token", "X-aws-ec2-metadata-token-ttl-seconds: 21600");
-  if (t.rc != CURLE_OK) {
-    *why = "no EC2 metadata service (" + t.error + ")";
-    return std::nullopt;
-  }
-  if (t.status != 200) {
-    *why = fmt::format("the EC2 metadata service answered HTTP {} to the token request", t.status);
-    return std::nullopt;
-  }
-  const std::string token_header = "X-aws-ec2-metadata-token: " + std::string(t.text());
-  const std::string roles_path = "/latest/meta-data/iam/security-credentials/";
-  t = call("GET", roles_path, token_header);
-  std::string role(t.text().substr(0, t.text().find('\n')));
-  while (!role.empty() && (role.back() == '\r' || role.back() == ' ')) role.pop_back();
-  if (t.rc != CURLE_OK || t.status != 200 || role.empty()) {
-    *why = t.rc != CURLE_OK ? "the EC2 metadata service did not answer (" + t.error + ")"
-                            : "no IAM role is attached to this instance";
-    return std::nullopt;
-  }
-  t = call("GET", roles_path + uri_encode(role, false), token_header);
-  if (t.rc != CURLE_OK || t.status != 200) {
-    *why = fmt::format("the EC2 metadata service gave no credentials for role {}", role);
-    return std::nullopt;
-  }
-  const auto j = nlohmann::json::parse(t.text(), nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("AccessKeyId") || !j.contains("SecretAccessKey") ||
-      !j["AccessKeyId"].is_string() || !j["SecretAccessKey"].is_string()) {
-    *why = fmt::format("the EC2 metadata service gave unreadable credentials for role {}", role);
-    return std::nullopt;
-  }
-  AwsCredentials c;
-  c.access_key = j["AccessKeyId"].get<std::string>();
-  c.secret_key = j["SecretAccessKey"].get<std::string>();
-  c.session_token = j.value("Token", std::string());
-  c.expiration = parse_iso8601(j.value("Expiration", std::string()));
-  return c;
-}
 
 S3Client::S3Client(std::string bucket, const S3Options& opts)
     : bucket_(std::move(bucket)), opts_(opts), pool_(std::make_unique<HandlePool>()) {
@@ -436,44 +236,6 @@ std::string S3Client::bucket_url(const std::string& query) const {
   return query.empty() ? url : url + "?" + query;
 }
 
-AwsCredentials S3Client::credentials(bool force_refresh) {
-  std::lock_guard<std::mutex> lock(cred_mutex_);
-  const auto now = Clock::now();
-  // Refresh instance-role credentials well before they expire (AWS rotates them >= 5 min early).
-  if (creds_ && !force_refresh && now + std::chrono::minutes(5) < creds_->expiration) {
-    return *creds_;
-  }
-  const std::string key = env("AWS_ACCESS_KEY_ID"), secret = env("AWS_SECRET_ACCESS_KEY");
-  if (!key.empty() && !secret.empty()) {
-    creds_ = AwsCredentials{key, secret, env("AWS_SESSION_TOKEN")};
-    return *creds_;
-  }
-  if (!key.empty() || !secret.empty()) {
-    throw UserError(fmt::format("s3://{}: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be "
-                                "set together (only {} is set)", bucket_,
-                                key.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID"));
-  }
-  std::string disabled = env("AWS_EC2_METADATA_DISABLED");
-  std::transform(disabled.begin(), disabled.end(), disabled.begin(), ::tolower);
-  if (disabled == "true") {
-    throw UserError(fmt::format("s3://{}: no AWS credentials: set AWS_ACCESS_KEY_ID and "
-                                "AWS_SECRET_ACCESS_KEY (the EC2 metadata service is off: "
-                                "AWS_EC2_METADATA_DISABLED=true)", bucket_));
-  }
-  std::string endpoint = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-  if (endpoint.empty()) endpoint = "http://169.254.169.254";
-  std::string why;
-  auto fetched = fetch_imds_credentials(endpoint, &why);
-  if (!fetched) {
-    if (creds_ && now < creds_->expiration) return *creds_;  // still valid: try again later
-    throw UserError(fmt::format("s3://{}: no AWS credentials: set AWS_ACCESS_KEY_ID and "
-                                "AWS_SECRET_ACCESS_KEY or use an EC2 instance role ({} at {})",
-                                bucket_, why, endpoint));
-  }
-  creds_ = std::move(*fetched);
-  creds_from_imds_ = true;
-  return *creds_;
-}
 
 S3Client::Response S3Client::send(Request& req, const std::vector<long>& accept) {
   const int attempts = std::max(1, req.max_attempts > 0 ? req.max_attempts : opts_.max_attempts);

@@ -58,7 +58,7 @@ class S3Client {
   // Deletes every key that starts with `prefix`; returns how many.
   size_t delete_prefix(const std::string& prefix);
 
-  // One HTTP request and its answer; defined in s3_client.cpp (public for its helpers).
+  // One HTTP request and its answer; defined in src/ckpt/s3_http.h (public for its helpers).
   struct Request;
   struct Response;
 
@@ -67,7 +67,7 @@ class S3Client {
   std::string bucket_url(const std::string& query) const;
   // Sends with retries; throws UserError unless the status is 2xx or in `accept`.
   Response send(Request& req, const std::vector<long>& accept = {});
-  AwsCredentials credentials(bool force_refresh);
+  AwsCredentials credentials(bool force_refresh);  // in s3_credentials.cpp
   std::vector<std::string> list(const std::string& prefix, bool delimited, int page_size);
   PutResult put_multipart(const std::string& key, const char* data, size_t size);
 
