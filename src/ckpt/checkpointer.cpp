@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -377,6 +378,11 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
       const size_t slash = path.rfind('/');
       dir = slash == std::string::npos ? path : path.substr(slash + 1);
       const std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
+      if (!is_s3_url(path) && !std::filesystem::is_directory(path)) {
+        // Opening file storage would create the directory; a mistyped path must not.
+        throw UserError(fmt::format("checkpoint.resume = \"{}\": no such checkpoint "
+                                    "directory", how));
+      }
       other = open_storage(parent.empty() ? "/" : parent, s3_options(cfg_));
       storage = other.get();
     }

@@ -70,5 +70,12 @@ status=$?
 grep -q "none of the 2 complete checkpoints under $tmp/good could be loaded" "$tmp/mismatch.log" ||
   fail "another model: no refusal line"
 grep -m1 "error:" "$tmp/mismatch.log"
+# A mistyped checkpoint path: refused, and not created.
+train --set train.steps=7 --set "checkpoint.resume=$tmp/nope/step_00000006" >"$tmp/nope.log" 2>&1
+status=$?
+[[ $status -eq 2 ]] || fail "missing resume path exited $status, expected 2"
+grep -q "checkpoint.resume = \"$tmp/nope/step_00000006\": no such checkpoint directory" \
+  "$tmp/nope.log" || fail "missing resume path: no clear line"
+[[ ! -e $tmp/nope ]] || fail "missing resume path: the directory was created"
 ((failures == 0)) || exit 1
 echo "ok: every corruption named its file; auto fell back to step 3"
