@@ -9,18 +9,15 @@ repo=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$repo"
-source tests/support/small_data.sh
+source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp" || exit 1
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # 2 ranks, dp 2 with ZeRO-1: two shard files per checkpoint.
 train() {
-  OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$jumbo" train \
-    --set model.preset=inputs/models/tiny.toml --set parallel.zero1=true \
-    --set train.global_batch=4 --set parallel.micro_batch=1 --set train.eval_every=0 \
-    --set "data.train=$tmp/data" --set data.valid= --set "data.tokenizer=$tmp/tok.model" \
-    --set log.metrics_file= --set log.every=100 --set log.peak_tflops=1 "$@"
+  train_small "$jumbo" 2 "$tmp" --set parallel.zero1=true --set train.global_batch=4 \
+    --set log.every=100 "$@"
 }
 train --set train.steps=6 --set "checkpoint.dir=$tmp/good" --set checkpoint.every=3 \
   >"$tmp/save.log" 2>&1 || { cat "$tmp/save.log"; echo "FAIL: saving run"; exit 1; }

@@ -8,25 +8,21 @@ jumbo=$1
 repo=$2
 tmp=$(mktemp -d)
 cleanup() {
-  [[ -n ${job:-} ]] && kill -9 "$job" 2>/dev/null
+  if [[ -n ${job:-} ]]; then
+    pkill -9 -P "$job" 2>/dev/null  # mpirun, started by the background subshell
+    kill -9 "$job" 2>/dev/null
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 cd "$repo"
-source tests/support/small_data.sh
+source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp" || exit 1
 
 # 4 ranks: tp 2 x dp 2 with ZeRO-1, so every rank writes a shard.
 train() {
-  OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "$jumbo" train \
-    --set model.preset=inputs/models/tiny.toml --set parallel.tp=2 --set parallel.zero1=true \
-    --set train.steps=8 --set train.global_batch=8 --set parallel.micro_batch=1 \
-    --set train.eval_every=0 --set "data.train=$tmp/data" --set data.valid= \
-    --set "data.tokenizer=$tmp/tok.model" --set log.every=1 --set log.peak_tflops=1 "$@"
-}
-losses() {  # step and loss of each JSON line, exactly as written
-  python3 -c 'import json,sys
-for l in open(sys.argv[1]): d=json.loads(l); print(d["step"], repr(d["loss"]))' "$1"
+  train_small "$jumbo" 4 "$tmp" --set parallel.tp=2 --set parallel.zero1=true \
+    --set train.steps=8 --set train.global_batch=8 --set log.every=1 "$@"
 }
 
 train --set "log.metrics_file=$tmp/full.jsonl" >"$tmp/full.log" 2>&1 ||
@@ -42,7 +38,9 @@ for _ in $(seq 1 600); do  # up to 60 s until the step-8 shards are being writte
 done
 compgen -G "$ck/step_00000008/*.h5" >/dev/null ||
   { cat "$tmp/first.log"; echo "FAIL: the step-8 save never started"; exit 1; }
-victim=$(pgrep -P "$job" | sort -n | tail -1)
+victim=$(rank_pids "$job" | sort -n | tail -1)
+[[ -n $victim && $(ps -o comm= -p "$victim") == jumbo ]] ||
+  { echo "FAIL: no jumbo rank process under the job $job"; exit 1; }
 kill -9 "$victim"
 for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$job" 2>/dev/null && { echo "FAIL: job still running 30 s after the kill"; exit 1; }

@@ -11,7 +11,7 @@ repo=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$repo"
-source tests/support/small_data.sh
+source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp" || exit 1
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -19,11 +19,8 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 train() {
   local np=$1
   shift
-  OMP_NUM_THREADS=1 mpirun -np "$np" --oversubscribe "$jumbo" train \
-    --set model.preset=inputs/models/tiny.toml --set model.vocab=500 \
-    --set train.global_batch=4 --set parallel.micro_batch=1 --set train.eval_every=0 \
-    --set "data.train=$tmp/data" --set data.valid= --set "data.tokenizer=$tmp/tok.model" \
-    --set log.metrics_file= --set log.every=100 --set log.peak_tflops=1 "$@"
+  train_small "$jumbo" "$np" "$tmp" --set model.vocab=500 --set train.global_batch=4 \
+    --set log.every=100 "$@"
 }
 train 4 --set parallel.tp=2 --set parallel.pp=2 --set train.steps=4 --set checkpoint.every=4 \
   --set "checkpoint.dir=$tmp/ck" >"$tmp/train.log" 2>&1 ||

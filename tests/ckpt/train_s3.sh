@@ -7,22 +7,15 @@ jumbo=$1
 repo=$2
 tmp=$(mktemp -d)
 cd "$repo"
-source tests/support/small_data.sh
+source tests/support/small_run.sh
 source tests/support/s3rver.sh
 trap 'stop_s3rver; rm -rf "$tmp"' EXIT
 make_small_data "$jumbo" "$tmp" || exit 1
 start_s3rver "$tmp/s3" jumbo-ckpt || exit 1
 
 train() {
-  OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "$jumbo" train \
-    --set model.preset=inputs/models/tiny.toml --set parallel.tp=2 --set parallel.zero1=true \
-    --set train.global_batch=8 --set parallel.micro_batch=1 --set train.decay_tokens=8192 \
-    --set train.eval_every=0 --set "data.train=$tmp/data" --set data.valid= \
-    --set "data.tokenizer=$tmp/tok.model" --set log.every=1 --set log.peak_tflops=1 "$@"
-}
-losses() {
-  python3 -c 'import json,sys
-for l in open(sys.argv[1]): d=json.loads(l); print(d["step"], repr(d["loss"]))' "$1"
+  train_small "$jumbo" 4 "$tmp" --set parallel.tp=2 --set parallel.zero1=true \
+    --set train.global_batch=8 --set train.decay_tokens=8192 --set log.every=1 "$@"
 }
 url=s3://jumbo-ckpt/runs/a
 train --set train.steps=8 --set "log.metrics_file=$tmp/full.jsonl" >"$tmp/full.log" 2>&1 ||

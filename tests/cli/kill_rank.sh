@@ -11,7 +11,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$repo"
-source tests/support/small_data.sh
+source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp" || exit 1
 
 OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "$jumbo" train \
