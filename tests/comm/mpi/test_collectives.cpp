@@ -103,7 +103,9 @@ TEST(Grid, CoordinatesAndGroupsFollowTpThenDpThenPp) {
       EXPECT_EQ(sum, tp * base + tp * (tp - 1) / 2.0);
       const bool ends = g.first_stage() || g.last_stage();
       ASSERT_EQ(g.embedding() != nullptr, ends);
-      if (ends) EXPECT_EQ(g.embedding()->size(), pp == 1 ? 1 : 2);
+      if (ends) {
+        EXPECT_EQ(g.embedding()->size(), pp == 1 ? 1 : 2);
+      }
     }
   }
 }
