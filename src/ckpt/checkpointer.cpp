@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <set>
 
@@ -29,7 +28,19 @@ double test_stall_s(int64_t step) {
   return seconds;
 }
 
-std::string join_dir(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+// Collective: every rank learns whether any rank's `error` is set, and the lowest such rank's
+// message ("rank R: ...").
+std::optional<std::string> first_error(Comm& world, const std::string& error) {
+  const int n = world.size();
+  const double flag = error.empty() ? 0.0 : static_cast<double>(n - world.rank());
+  const double worst = world.all_reduce_scalar(flag, ReduceOp::max);
+  if (worst == 0) return std::nullopt;
+  const int rank = n - static_cast<int>(worst);
+  std::vector<char> why(error.begin(), error.end());
+  world.broadcast_bytes(why, rank);
+  return fmt::format("rank {}: {}", rank, std::string(why.begin(), why.end()));
+}
 
 S3Options s3_options(const CheckpointConfig& c) {
   S3Options o;
@@ -167,6 +178,23 @@ void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Mani
   }
 }
 
+Manifest write_manifest(Storage& storage, const std::string& dir, Manifest header,
+                        const std::vector<std::vector<char>>& gathered) {
+  for (const std::vector<char>& lines : gathered) {
+    size_t begin = 0;
+    for (size_t i = 0; i <= lines.size(); ++i) {
+      if (i < lines.size() && lines[i] != '\n') continue;
+      if (i > begin) add_shard_record(header, std::string(lines.begin() + begin, lines.begin() + i));
+      begin = i + 1;
+    }
+  }
+  const std::string text = manifest_to_json(header);
+  storage.write(join_dir(dir, "manifest.json"), text.data(), text.size());
+  const std::string latest = dir + "\n";
+  storage.write("latest", latest.data(), latest.size());
+  return header;
+}
+
 // ---- Checkpointer ---------------------------------------------------------------------
 
 Checkpointer::Checkpointer(const RunConfig& cfg, Comm& world)
@@ -226,15 +254,19 @@ void Checkpointer::save(const Manifest& header, const std::vector<PieceData>& pi
         pending_error_ = e.what();
       }
     };
-    if (cfg_.async) {
-      worker_->submit(std::move(task));
-    } else {
-      task();
-    }
+    run_io(std::move(task));
   }
   last_save_.snapshot_s = now_s() - t0;
   pending_ = true;
   if (!cfg_.async) finish_save();
+}
+
+void Checkpointer::run_io(std::function<void()> task) {
+  if (cfg_.async) {
+    worker_->submit(std::move(task));
+  } else {
+    task();
+  }
 }
 
 void Checkpointer::poll() {
@@ -252,47 +284,27 @@ void Checkpointer::wait() {
 
 void Checkpointer::finish_save() {
   pending_ = false;
-  // Every rank learns whether any write failed, and the lowest failing rank's reason.
-  const int n = world_.size();
-  const double flag = pending_error_.empty() ? 0.0 : static_cast<double>(n - world_.rank());
-  const double worst = world_.all_reduce_scalar(flag, ReduceOp::max);
   const int64_t step = pending_header_.progress.step;
   const std::string dir = checkpoint_dir_name(step);
-  if (worst > 0) {
-    std::vector<char> why(pending_error_.begin(), pending_error_.end());
-    world_.broadcast_bytes(why, n - static_cast<int>(worst));
-    throw UserError(fmt::format("checkpoint {} not saved (the previous checkpoint is intact): "
-                                "rank {}: {}", storage_->url(dir), n - static_cast<int>(worst),
-                                std::string(why.begin(), why.end())));
+  if (const auto error = first_error(world_, pending_error_)) {
+    throw UserError(fmt::format("checkpoint {} not saved (the previous checkpoint is intact): {}",
+                                storage_->url(dir), *error));
   }
   const std::vector<char> mine(pending_record_.begin(), pending_record_.end());
   const std::vector<std::vector<char>> records = world_.gather_bytes(mine, 0);
-  if (world_.rank() == 0) {
-    Manifest m = pending_header_;
-    for (const std::vector<char>& r : records) {
-      if (!r.empty()) add_shard_record(m, std::string(r.begin(), r.end()));
-    }
-    const std::string text = manifest_to_json(m);
-    storage_->write(join_dir(dir, "manifest.json"), text.data(), text.size());
-    const std::string latest = dir + "\n";
-    storage_->write("latest", latest.data(), latest.size());
+  if (world_.rank() != 0) {
+    last_save_.total_s = now_s() - pending_started_;
+  } else {
+    const Manifest m = write_manifest(*storage_, dir, pending_header_, records);
+    last_save_.total_s = now_s() - pending_started_;
     int64_t total = 0;
     for (const ShardFileInfo& f : m.files) total += f.bytes;
-    last_save_.total_s = now_s() - pending_started_;
     print(fmt::format("checkpoint: saved step {} to {} ({} files, {:.1f} MiB, {:.2f} s{})", step,
                       storage_->url(dir), m.files.size(), static_cast<double>(total) / (1 << 20),
                       last_save_.total_s,
                       cfg_.async ? fmt::format(", training blocked {:.2f} s", last_save_.snapshot_s)
                                  : ""));
-    if (cfg_.keep_last > 0) {
-      if (cfg_.async) {
-        worker_->submit([this, step] { apply_retention(step); });
-      } else {
-        apply_retention(step);
-      }
-    }
-  } else {
-    last_save_.total_s = now_s() - pending_started_;
+    if (cfg_.keep_last > 0) run_io([this, step] { apply_retention(step); });
   }
 }
 
@@ -323,7 +335,6 @@ void Checkpointer::apply_retention(int64_t saved_step) {
 std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::string& dir,
                                                   const std::vector<PieceData>& targets,
                                                   bool reader, Manifest& manifest) {
-  const int n = world_.size();
   // Rank 0 reads and checks the manifest; the others get its bytes.
   std::string error;
   std::vector<char> text;
@@ -333,8 +344,8 @@ std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::s
       std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, "manifest.json"));
       if (!bytes) throw UserError(fmt::format("{}: no manifest (the save did not complete)", url));
       text = std::move(*bytes);
-      const Manifest m = parse_manifest(std::string(text.begin(), text.end()), url);
-      check_manifest_model(m, model_, url, source_);
+      manifest = parse_manifest(std::string(text.begin(), text.end()), url);
+      check_manifest_model(manifest, model_, url, source_);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -343,7 +354,9 @@ std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::s
   world_.broadcast_bytes(status, 0);
   if (!status.empty()) return std::string(status.begin(), status.end());
   world_.broadcast_bytes(text, 0);
-  manifest = parse_manifest(std::string(text.begin(), text.end()), storage.url(dir));
+  if (world_.rank() != 0) {
+    manifest = parse_manifest(std::string(text.begin(), text.end()), storage.url(dir));
+  }
   if (reader) {
     try {
       load_checkpoint_pieces(storage, dir, manifest, targets);
@@ -351,12 +364,7 @@ std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::s
       error = e.what();
     }
   }
-  const double flag = error.empty() ? 0.0 : static_cast<double>(n - world_.rank());
-  const double worst = world_.all_reduce_scalar(flag, ReduceOp::max);
-  if (worst == 0) return std::nullopt;
-  std::vector<char> why(error.begin(), error.end());
-  world_.broadcast_bytes(why, n - static_cast<int>(worst));
-  return fmt::format("rank {}: {}", n - static_cast<int>(worst), std::string(why.begin(), why.end()));
+  return first_error(world_, error);
 }
 
 std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targets, bool reader) {
@@ -373,17 +381,18 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
     if (step_number) {
       dir = checkpoint_dir_name(std::stoll(how));
     } else {
-      std::string path = how;
-      while (path.size() > 1 && path.back() == '/') path.pop_back();
-      const size_t slash = path.rfind('/');
-      dir = slash == std::string::npos ? path : path.substr(slash + 1);
-      const std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
-      if (!is_s3_url(path) && !std::filesystem::is_directory(path)) {
+      const StoragePath where = split_storage_path(how);
+      if (where.missing) {
         // Opening file storage would create the directory; a mistyped path must not.
         throw UserError(fmt::format("checkpoint.resume = \"{}\": no such checkpoint "
                                     "directory", how));
       }
-      other = open_storage(parent.empty() ? "/" : parent, s3_options(cfg_));
+      if (where.parent.empty() || where.name.empty()) {
+        throw UserError(fmt::format("checkpoint.resume = \"{}\": expected the path of one "
+                                    "checkpoint directory (step_NNNNNNNN)", how));
+      }
+      dir = where.name;
+      other = open_storage(where.parent, s3_options(cfg_));
       storage = other.get();
     }
     if (auto error = try_load(*storage, dir, targets, reader, manifest)) {

@@ -30,6 +30,11 @@ void quiet_hdf5() {
 struct H5Handle {
   hid_t id;
   herr_t (*close)(hid_t);
+  H5Handle(hid_t handle, herr_t (*closer)(hid_t)) : id(handle), close(closer) {}
+  H5Handle(H5Handle&& other) noexcept : id(other.id), close(other.close) { other.id = -1; }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  H5Handle& operator=(H5Handle&&) = delete;
   ~H5Handle() {
     if (id >= 0) close(id);
   }
@@ -65,6 +70,19 @@ struct Rect {
 Rect rect_of(const TensorPiece& p) {
   if (p.shape.size() == 1) return {0, 1, p.offset[0], p.shape[0]};
   return {p.offset[0], p.shape[0], p.offset[1], p.shape[1]};
+}
+
+// One state's dataset of a stored piece, whose element count must be the manifest's.
+H5Handle open_stored(hid_t file, const std::string& file_name, const std::string& ds_name,
+                     int64_t count) {
+  H5Handle ds{H5Dopen2(file, ds_name.c_str(), H5P_DEFAULT), H5Dclose};
+  if (ds.id < 0) throw UserError(fmt::format("{}: dataset '{}' is missing", file_name, ds_name));
+  const H5Handle space{H5Dget_space(ds.id), H5Sclose};
+  if (H5Sget_simple_extent_npoints(space.id) != count) {
+    throw UserError(fmt::format("{}: dataset '{}' has {} elements, the manifest says {}",
+                                file_name, ds_name, H5Sget_simple_extent_npoints(space.id), count));
+  }
+  return ds;
 }
 
 }  // namespace
@@ -194,18 +212,14 @@ ShardReader::~ShardReader() {
   if (file_ >= 0) H5Fclose(file_);
 }
 
+
 int64_t ShardReader::copy_overlap(const TensorPiece& stored, int state, const TensorPiece& target,
                                   float* target_data) {
   const std::vector<OverlapRun> runs = piece_overlap(stored, target);
   if (runs.empty()) return 0;
   const std::string ds_name = stored.dataset(kCheckpointStates[state]);
-  H5Handle ds{H5Dopen2(file_, ds_name.c_str(), H5P_DEFAULT), H5Dclose};
-  if (ds.id < 0) throw UserError(fmt::format("{}: dataset '{}' is missing", name_, ds_name));
+  const H5Handle ds = open_stored(file_, name_, ds_name, stored.count());
   H5Handle space{H5Dget_space(ds.id), H5Sclose};
-  if (H5Sget_simple_extent_npoints(space.id) != stored.count()) {
-    throw UserError(fmt::format("{}: dataset '{}' has {} elements, the manifest says {}", name_,
-                                ds_name, H5Sget_simple_extent_npoints(space.id), stored.count()));
-  }
   // Read the stored elements [lo, hi) the runs need: a 1-d range, or whole rows of a 2-d set.
   int64_t lo = runs.front().a, hi = 0;
   for (const OverlapRun& r : runs) {
@@ -245,13 +259,7 @@ int64_t ShardReader::copy_overlap(const TensorPiece& stored, int state, const Te
 
 std::vector<float> ShardReader::read_piece(const TensorPiece& stored, int state) {
   const std::string ds_name = stored.dataset(kCheckpointStates[state]);
-  H5Handle ds{H5Dopen2(file_, ds_name.c_str(), H5P_DEFAULT), H5Dclose};
-  if (ds.id < 0) throw UserError(fmt::format("{}: dataset '{}' is missing", name_, ds_name));
-  H5Handle space{H5Dget_space(ds.id), H5Sclose};
-  if (H5Sget_simple_extent_npoints(space.id) != stored.count()) {
-    throw UserError(fmt::format("{}: dataset '{}' has {} elements, the manifest says {}", name_,
-                                ds_name, H5Sget_simple_extent_npoints(space.id), stored.count()));
-  }
+  const H5Handle ds = open_stored(file_, name_, ds_name, stored.count());
   std::vector<float> out(static_cast<size_t>(stored.count()));
   if (H5Dread(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
     throw UserError(fmt::format("{}: cannot read dataset '{}'", name_, ds_name));

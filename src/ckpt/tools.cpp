@@ -10,7 +10,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,11 +18,11 @@
 
 #include "jumbo/backend/bf16.h"
 #include "jumbo/ckpt/shard.h"
+#include "jumbo/obs/metrics.h"
 
 namespace jumbo {
 namespace {
 
-namespace fs = std::filesystem;
 
 // safetensors and our raw writes are little endian; so is every host jumbo runs on.
 static_assert(std::endian::native == std::endian::little, "export assumes a little-endian host");
@@ -31,7 +30,6 @@ static_assert(std::endian::native == std::endian::little, "export assumes a litt
 constexpr const char* kWordEmbedding = "embedding.word";  // the one tensor with padded rows
 
 
-std::string join_dir(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
 // Reads one shard file whole and checks it against the manifest's size and CRC-32; nullopt and
 // `why` (one line naming the file) when it is missing or differs.
@@ -99,16 +97,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.2f} {}", b, units[u]);
 }
 
 // The elements of one exported tensor written so far, as disjoint [begin, end) runs: pieces
@@ -181,29 +169,12 @@ class TempFile {
 // ---- resolve --------------------------------------------------------------------------------
 
 ResolvedCheckpoint resolve_checkpoint(const std::string& path, const S3Options& s3) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  std::string parent, base;  // parent empty: PATH can only be a root (an S3 bucket)
-  if (is_s3_url(p)) {
-    const size_t slash = p.rfind('/');
-    if (slash > 5) {
-      parent = p.substr(0, slash);
-      base = p.substr(slash + 1);
-    }
-  } else {
-    // Opening file storage creates its directory: look before, so a typo creates nothing.
-    std::error_code ec;
-    if (!fs::is_directory(p, ec)) {
-      throw UserError(fmt::format("{}: no such checkpoint directory", path));
-    }
-    fs::path abs = fs::absolute(p).lexically_normal();
-    if (abs.filename().empty() && abs != abs.root_path()) abs = abs.parent_path();  // "x/."
-    if (abs.has_parent_path() && abs != abs.root_path()) {
-      parent = abs.parent_path().string();
-      base = abs.filename().string();
-    }
-    p = abs.string();
-  }
+  const StoragePath where = split_storage_path(path);
+  // Opening file storage creates its directory: look before, so a typo creates nothing.
+  if (where.missing) throw UserError(fmt::format("{}: no such checkpoint directory", path));
+  const std::string& p = where.path;
+  const std::string& parent = where.parent;  // empty: PATH can only be a root (a bucket, "/")
+  const std::string& base = where.name;
   ResolvedCheckpoint out;
   std::optional<std::vector<char>> text;
   if (!parent.empty() && !base.empty()) {
@@ -269,7 +240,8 @@ std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify) {
   }
   const double mean = m.files.empty() ? 0.0 : static_cast<double>(total) / m.files.size();
   line(fmt::format("files: {}, {} ({} bytes); per file min {}, max {}, mean {}", m.files.size(),
-                   human_bytes(total), total, human_bytes(lo), human_bytes(hi), human_bytes(mean)));
+                   human_bytes(total, 2), total, human_bytes(lo, 2), human_bytes(hi, 2),
+                   human_bytes(mean, 2)));
 
   // The tensor table.
   const std::vector<std::string> names = tensor_names(m);

@@ -6,6 +6,10 @@
 
 namespace jumbo {
 
+GridCoords grid_coords(int rank, int tp, int dp) {
+  return {rank % tp, (rank / tp) % dp, rank / (tp * dp)};
+}
+
 Grid::Grid(std::shared_ptr<Comm> world, int tp, int pp) : world_(std::move(world)) {
   const int n = world_->size();
   if (tp < 1 || pp < 1 || n % (tp * pp) != 0) {
@@ -16,10 +20,10 @@ Grid::Grid(std::shared_ptr<Comm> world, int tp, int pp) : world_(std::move(world
   tp_size_ = tp;
   pp_size_ = pp;
   dp_size_ = n / (tp * pp);
-  const int r = world_->rank();
-  tp_rank_ = r % tp;
-  dp_rank_ = (r / tp) % dp_size_;
-  pp_rank_ = r / (tp * dp_size_);
+  const GridCoords at = grid_coords(world_->rank(), tp, dp_size_);
+  tp_rank_ = at.tp_rank;
+  dp_rank_ = at.dp_rank;
+  pp_rank_ = at.pp_rank;
   // Colours name the coordinates the members share; keys order them by the varying one.
   tp_ = world_->split(pp_rank_ * dp_size_ + dp_rank_, tp_rank_, "tp");
   dp_ = world_->split(pp_rank_ * tp_size_ + tp_rank_, dp_rank_, "dp");

@@ -34,6 +34,20 @@ std::string format_rate(double per_s) {
   return fmt::format("{:.2f}G", per_s / 1e9);
 }
 
+}  // namespace
+
+std::string human_bytes(double b, int decimals) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.{}f} {}", b, decimals, units[u]);
+}
+
+namespace {
+
 std::string format_bytes(uint64_t bytes) {
   constexpr double kMiB = 1024.0 * 1024.0;
   constexpr double kGiB = kMiB * 1024.0;

@@ -10,10 +10,8 @@
 #include <random>
 
 #include "jumbo/ckpt/checkpointer.h"
-#include "jumbo/model/gpt.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/checkpoint_io.h"
-#include "jumbo/train/grad_sync.h"
 #include "jumbo/train/stages.h"
 
 namespace jumbo {
@@ -50,42 +48,23 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
                                 "model ({} heads, {} layers), or --repeats {} < 1", o.tp, o.pp, n,
                                 model.heads, model.layers, o.repeats));
   }
-  const int64_t dp = n / (o.tp * o.pp), r = world.rank();
-  const int64_t t = r % o.tp, d = (r / o.tp) % dp, p = r / (o.tp * dp);
-  const bool zero1 = o.zero1 && dp > 1, writer = zero1 || d == 0;
+  const int64_t dp = n / (o.tp * o.pp);
+  const GridCoords at = grid_coords(world.rank(), static_cast<int>(o.tp), static_cast<int>(dp));
+  const bool zero1 = o.zero1 && dp > 1, writer = zero1 || at.dp_rank == 0;
   // This rank's state, laid out as the trainer lays it out, filled with random numbers.
-  const StageLayers layers = stage_layer_range(model, o.pp, p, 1, {});
-  GptOptions opts;
-  opts.first_layer = layers.first_layer;
-  opts.num_layers = layers.num_layers;
-  opts.has_embedding = p == 0;
-  opts.has_head = p == o.pp - 1;
-  ParamStore params;
-  for (ParamInfo& info : gpt_stage_params(model, opts, t, o.tp)) params.add(std::move(info));
-  params.pad_to(dp);
-  int64_t state_elems = 0;
-  const auto ranges = optimizer_ranges(params, dp_buckets(params.total_numel(), dp, 40'000'000),
-                                       dp, d, zero1, &state_elems);
-  std::vector<float> master(static_cast<size_t>(params.total_numel())),
-      m(static_cast<size_t>(state_elems)), v(static_cast<size_t>(state_elems));
-  std::mt19937 rng(static_cast<uint32_t>(r));
+  const RankStateLayout layout =
+      rank_state_layout(model, o.tp, o.pp, dp, 1, zero1, ParallelConfig{}.bucket_size, at);
+  std::vector<float> master(static_cast<size_t>(layout.params.total_numel())),
+      m(static_cast<size_t>(layout.state_elems)), v(static_cast<size_t>(layout.state_elems));
+  std::mt19937 rng(static_cast<uint32_t>(world.rank()));
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (float& x : master) x = normal(rng);
   for (size_t i = 0; i < m.size(); ++i) {
     m[i] = normal(rng);
     v[i] = std::abs(normal(rng));
   }
-  // optimizer_state_pieces wants tensors; the ParamStore is layout only, so point at ours.
-  std::vector<PieceData> pieces;
-  for (const OptimRange& rg : ranges) {
-    const ParamInfo& info = params.info(rg.param);
-    if (info.pipeline_copy) continue;
-    PieceData pd;
-    pd.piece = {info.name, info.slice.global_shape, info.slice.offset, info.slice.shape,
-                rg.flat - info.flat_offset, rg.flat - info.flat_offset + rg.count, info.valid_rows};
-    pd.state = {master.data() + rg.flat, m.data() + rg.local, v.data() + rg.local};
-    pieces.push_back(pd);
-  }
+  const std::vector<PieceData> pieces = optimizer_state_pieces(
+      layout.params, layout.ranges, master.data(), m.data(), v.data(), true);
 
   RunConfig cfg;
   cfg.model = model;
@@ -94,15 +73,15 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
   cfg.checkpoint.async = o.async;
   cfg.checkpoint.keep_last = 1;
   Checkpointer ckpt(cfg, world);
-  const std::string file = shard_file_name(static_cast<int>(t), static_cast<int>(p),
-                                           static_cast<int>(d));
+  const std::string file = shard_file_name(at);
   std::vector<double> save, blocked, load, raw;
   CkptBenchResult res;
   for (int64_t rep = 1; rep <= o.repeats; ++rep) {
     Manifest header;
     header.progress.step = rep;
     header.model = model;
-    header.layout = {o.tp, o.pp, dp, zero1, 1, layers.per_stage, "fp32"};
+    header.layout = {o.tp, o.pp, dp, zero1, 1,
+                     stage_layer_range(model, o.pp, 0, 1, {}).per_stage, "fp32"};
     world.barrier();
     double t0 = now_s();
     ckpt.save(header, writer ? pieces : std::vector<PieceData>{}, writer, file);
@@ -115,7 +94,7 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
     if (world.rank() == 0) text = *ckpt.storage().read(dir + "/manifest.json");
     world.broadcast_bytes(text, 0);
     const Manifest written = parse_manifest(std::string(text.begin(), text.end()), dir);
-    if (!is_s3_url(o.dir)) evict(o.dir + "/" + dir);
+    if (!is_s3_url(o.dir)) evict(ckpt.storage().url(dir));
     world.barrier();
     t0 = now_s();
     if (writer) load_checkpoint_pieces(ckpt.storage(), dir, written, pieces);

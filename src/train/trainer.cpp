@@ -17,20 +17,6 @@
 
 namespace jumbo {
 namespace {
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
-
-}  // namespace
-
-namespace {
 // Validates before the grid is built, so a layout that does not fit fails with one line.
 const RunConfig& validated(const RunConfig& cfg, int world_size) {
   validate(cfg, world_size);
@@ -137,9 +123,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     cfg_.parallel.recompute,
                     backend_.name(),
                     to_string(cfg_.train.precision),
-                    human_bytes(static_cast<double>(ps.bytes())),
-                    human_bytes(static_cast<double>(optimizer_->state_bytes())),
-                    human_bytes(static_cast<double>(model_->activation_bytes())), peak_tflops_,
+                    human_bytes(static_cast<double>(ps.bytes()), 1),
+                    human_bytes(static_cast<double>(optimizer_->state_bytes()), 1),
+                    human_bytes(static_cast<double>(model_->activation_bytes()), 1), peak_tflops_,
                     cfg_.log.peak_tflops > 0 ? "log.peak_tflops" : "measured fp32"));
   if (pp > 1) {
     std::string split;
@@ -166,10 +152,11 @@ bool Trainer::writes_checkpoint() const {
   return grid_.dp_rank() == 0 || (grad_sync_ && grad_sync_->zero1());
 }
 
-std::vector<PieceData> Trainer::state_pieces(bool for_saving) {
-  const std::vector<OptimRange> all = all_param_ranges(model_->params());
-  return optimizer_state_pieces(model_->params(), grad_sync_ ? grad_sync_->ranges() : all,
-                                optimizer_->exp_avg(), optimizer_->exp_avg_sq(), for_saving);
+std::vector<PieceData> Trainer::checkpoint_pieces(bool for_saving) {
+  ParamStore& ps = model_->params();
+  return optimizer_state_pieces(ps, grad_sync_ ? grad_sync_->ranges() : all_param_ranges(ps),
+                                ps.all_master().as<float>(), optimizer_->exp_avg().as<float>(),
+                                optimizer_->exp_avg_sq().as<float>(), for_saving);
 }
 
 void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
@@ -189,13 +176,13 @@ void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   header.data_train = cfg_.data.train;
   header.tokenizer = cfg_.data.tokenizer;
   const bool writer = writes_checkpoint();
-  checkpointer_->save(header, writer ? state_pieces(true) : std::vector<PieceData>{}, writer,
-                      shard_file_name(grid_.tp_rank(), grid_.pp_rank(), grid_.dp_rank()));
+  checkpointer_->save(header, writer ? checkpoint_pieces(true) : std::vector<PieceData>{}, writer,
+                      shard_file_name({grid_.tp_rank(), grid_.dp_rank(), grid_.pp_rank()}));
 }
 
 void Trainer::resume_from_checkpoint() {
   const bool reader = writes_checkpoint();
-  const std::optional<Manifest> m = checkpointer_->resume(state_pieces(false), reader);
+  const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(false), reader);
   if (!m) return;
   ParamStore& ps = model_->params();
   if (grad_sync_ && !grad_sync_->zero1()) {

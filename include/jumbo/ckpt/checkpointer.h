@@ -51,6 +51,12 @@ class BackgroundWorker {
 void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Manifest& manifest,
                             const std::vector<PieceData>& targets);
 
+// The last step of a save, on one process: the manifest of `header` plus the file records
+// gathered from every rank (each rank's bytes hold zero or more records, one JSON per line),
+// written to dir/manifest.json, then `latest`. Returns the manifest written.
+Manifest write_manifest(Storage& storage, const std::string& dir, Manifest header,
+                        const std::vector<std::vector<char>>& gathered);
+
 struct SaveStats {
   double snapshot_s = 0;  // the blocking part: shards built in memory
   double total_s = 0;     // until the manifest was written
@@ -83,6 +89,8 @@ class Checkpointer {
 
  private:
   void finish_save();
+  // File I/O of a save: on the background thread with checkpoint.async, else now.
+  void run_io(std::function<void()> task);
   void apply_retention(int64_t saved_step);
   void print(const std::string& line) const;
   // One attempt: every rank agrees whether `dir` loaded; returns the error if not.

@@ -38,6 +38,20 @@ class Storage {
 };
 
 bool is_s3_url(const std::string& root);
+// The key of `name` inside the directory `dir` ("step_00000010" + "manifest.json").
+inline std::string join_dir(const std::string& dir, const std::string& name) {
+  return dir + "/" + name;
+}
+
+// A path or URL naming one directory under a storage root: the root that holds it (`parent`,
+// empty when the path is itself a root: a bucket, "/") and its `name`. Local paths are made
+// absolute (`path`); `missing` is set when a local path is not a directory (opening file
+// storage there would create it, so callers refuse it first).
+struct StoragePath {
+  std::string parent, name, path;
+  bool missing = false;
+};
+StoragePath split_storage_path(const std::string& path);
 // A directory (created if missing) or "s3://bucket/prefix".
 std::unique_ptr<Storage> open_storage(const std::string& root, const S3Options& s3);
 std::unique_ptr<Storage> open_file_storage(const std::string& dir);

@@ -9,6 +9,13 @@
 
 namespace jumbo {
 
+// A world rank's coordinates in a tp x dp x pp grid (tp fastest, then dp, then pp); also for
+// layouts no job runs in (checkpoint conversion lays out every rank of a target layout).
+struct GridCoords {
+  int tp_rank = 0, dp_rank = 0, pp_rank = 0;
+};
+GridCoords grid_coords(int rank, int tp, int dp);
+
 class Grid {
  public:
   // Throws UserError when world size is not a multiple of tp x pp.

@@ -48,5 +48,7 @@ std::string to_json_line(const StepMetrics& m);
 //  0.103 TFLOP/s | MFU 51.2% | mem 1.2 GiB | left 3m12s" (val only when present)
 std::string human_line(const StepMetrics& m);
 std::string format_duration(double seconds);  // "45s", "3m12s", "2h05m", "3d04h"
+// "512 B", "793.0 KiB", "1.39 GiB": binary units, `decimals` digits above bytes.
+std::string human_bytes(double bytes, int decimals);
 
 }  // namespace jumbo

@@ -47,7 +47,7 @@ class Trainer {
   void print(const std::string& line) const;
   void collect_comm_bytes(StepMetrics& m);
   // This rank's optimizer state as checkpoint pieces, and whether it writes them.
-  std::vector<PieceData> state_pieces(bool for_saving);
+  std::vector<PieceData> checkpoint_pieces(bool for_saving);
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
