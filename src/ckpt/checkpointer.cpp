@@ -200,7 +200,8 @@ Manifest write_manifest(Storage& storage, const std::string& dir, Manifest heade
 Checkpointer::Checkpointer(const RunConfig& cfg, Comm& world)
     : cfg_(cfg.checkpoint), model_(cfg.model), source_(cfg.source), world_(world) {
   if (!cfg_.dir.empty()) storage_ = open_storage(cfg_.dir, s3_options(cfg_));
-  worker_ = std::make_unique<BackgroundWorker>();
+  // A synchronous save finishes inside save(): only async saves need the thread.
+  if (cfg_.async) worker_ = std::make_unique<BackgroundWorker>();
 }
 
 Checkpointer::~Checkpointer() {
