@@ -11,6 +11,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev python3-h5py
+  libfabric-dev python3-yaml
+  slurmctld slurmd slurm-client munge
 )
 
 # Root runs apt directly (containers, CI); anyone else goes through sudo.

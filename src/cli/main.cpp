@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
   jumbo::cli::add_data_verb(app, run);
   jumbo::cli::add_bench_verb(app, run);
   jumbo::cli::add_ckpt_verb(app, run);
+  jumbo::cli::add_plan_verb(app, run);
+  jumbo::cli::add_doctor_verb(app, run);
   int code = 0;
+  bool failed = false;  // an exception on this rank: the others may be waiting for it
   try {
     app.parse(argc, argv);
     code = run ? run() : 0;
@@ -35,11 +38,14 @@ int main(int argc, char** argv) {
   } catch (const jumbo::UserError& e) {
     std::fprintf(stderr, "jumbo: %serror: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 2;
+    failed = true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "jumbo: %sinternal error: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 3;
+    failed = true;
   }
-  if (code != 0 && world_size > 1) {
+  // A verb's own non-zero result (a graceful stop: 75) is the same on every rank.
+  if (failed && world_size > 1) {
     std::fflush(stderr);
     jumbo::mpi_abort(code);  // the other ranks must not wait for this one
   }

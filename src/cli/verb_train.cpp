@@ -7,6 +7,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/embedded_demo.h"
+#include "jumbo/train/stop_signal.h"
 #include "jumbo/train/trainer.h"
 #include "verbs.h"
 
@@ -30,8 +31,10 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
                                  args->overrides)
               : load_run_config(args->config, args->overrides);
       auto backend = make_cpu_backend();
+      install_stop_signal_handlers();
       Trainer trainer(cfg, *backend, mpi_world());
       const TrainSummary s = trainer.run();
+      if (s.stop_signal != 0) return s.stop_saved ? kExitStoppedForRequeue : 128 + s.stop_signal;
       if (mpi_world()->rank() == 0) {
         fmt::print("done: {} steps, final loss {:.4f}", s.steps, s.final_loss);
         if (s.final_val_loss) fmt::print(", validation loss {:.4f}", *s.final_val_loss);

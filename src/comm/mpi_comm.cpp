@@ -270,6 +270,24 @@ void mpi_finalize() {
   if (!finalized) MPI_Finalize();
 }
 
+MpiInfo mpi_info() {
+  mpi_init(nullptr, nullptr);
+  MpiInfo info;
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  info.library.assign(text, static_cast<size_t>(length));
+  // "Open MPI v4.1.4, package: ..., ident: ...": the part before the first comma.
+  info.library = info.library.substr(0, info.library.find_first_of(",\n"));
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  info.thread_multiple = provided == MPI_THREAD_MULTIPLE;
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  MPI_Get_processor_name(name, &length);
+  info.processor.assign(name, static_cast<size_t>(length));
+  return info;
+}
+
 void mpi_abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();

@@ -76,7 +76,7 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, beta1), JUMBO_FIELD(train, beta2), JUMBO_FIELD(train, eps),
         JUMBO_FIELD(train, grad_clip), JUMBO_FIELD(train, seed), JUMBO_FIELD(train, precision),
         JUMBO_FIELD(train, eval_every), JUMBO_FIELD(train, eval_batches),
-        JUMBO_FIELD(train, threads)}},
+        JUMBO_FIELD(train, threads), JUMBO_FIELD(train, gpu)}},
       {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
       {"checkpoint",
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
@@ -85,7 +85,8 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(checkpoint, s3_region), JUMBO_FIELD(checkpoint, s3_endpoint)}},
       {"log",
        {JUMBO_FIELD(log, metrics_file), JUMBO_FIELD(log, every), JUMBO_FIELD(log, peak_tflops),
-        JUMBO_FIELD(log, comm)}},
+        JUMBO_FIELD(log, comm), JUMBO_FIELD(log, emf_file), JUMBO_FIELD(log, emf_address),
+        JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name)}},
   };
   return sections;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "jumbo/config/config.h"
+#include "jumbo/config/gpus.h"
 
 namespace jumbo {
 namespace {
@@ -119,6 +120,9 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
 }
 
 void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
+  c.require(cfg.train.gpu.empty() || find_gpu(cfg.train.gpu) != nullptr,
+            "train.gpu = \"{}\": expected one of {} (or \"\" for none)", cfg.train.gpu,
+            known_gpu_names());
   const TrainConfig& t = cfg.train;
   const int64_t micro_batch = cfg.parallel.micro_batch;
   const int64_t per_step_unit = product(micro_batch, dp);  // sequences in one microbatch round
@@ -209,6 +213,19 @@ void check_log(const Checks& c, const LogConfig& l) {
   c.at_least("log.every", l.every, 1);
   c.require(l.peak_tflops >= 0, "log.peak_tflops = {}: expected >= 0 (0 = measure this machine)",
             l.peak_tflops);
+  // tcp://HOST:PORT or udp://HOST:PORT, as the CloudWatch agent's emf endpoint is written.
+  const std::string& a = l.emf_address;
+  const bool scheme = a.rfind("tcp://", 0) == 0 || a.rfind("udp://", 0) == 0;
+  const size_t colon = a.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : a.substr(colon + 1);
+  const bool port_ok = !port.empty() && port.size() <= 5 &&
+                       port.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(port) > 0 && std::stoi(port) < 65536;
+  c.require(a.empty() || (scheme && colon > 6 && port_ok),
+            "log.emf_address = \"{}\": expected tcp://HOST:PORT or udp://HOST:PORT "
+            "(the CloudWatch agent listens on tcp://127.0.0.1:25888)", a);
+  c.require(!l.emf_namespace.empty() && l.emf_namespace.size() <= 255,
+            "log.emf_namespace = \"{}\": expected 1 to 255 characters", l.emf_namespace);
 }
 
 }  // namespace

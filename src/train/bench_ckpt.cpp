@@ -12,7 +12,7 @@
 #include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/checkpoint_io.h"
-#include "jumbo/train/stages.h"
+#include "jumbo/model/stages.h"
 
 namespace jumbo {
 namespace {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "jumbo/model/gpt.h"
-#include "jumbo/train/stages.h"
+#include "jumbo/model/stages.h"
 
 namespace jumbo {
 

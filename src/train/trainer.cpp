@@ -12,8 +12,11 @@
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
 #include "jumbo/obs/peak.h"
+#include "jumbo/config/gpus.h"
+#include "jumbo/plan/search.h"
+#include "jumbo/train/stop_signal.h"
 #include "jumbo/train/checkpoint_io.h"
-#include "jumbo/train/stages.h"
+#include "jumbo/model/stages.h"
 
 namespace jumbo {
 namespace {
@@ -21,6 +24,30 @@ namespace {
 const RunConfig& validated(const RunConfig& cfg, int world_size) {
   validate(cfg, world_size);
   return cfg;
+}
+
+PlanLayout plan_layout_of(const RunConfig& cfg, int64_t dp) {
+  PlanLayout l;
+  l.tp = cfg.parallel.tp;
+  l.pp = cfg.parallel.pp;
+  l.dp = dp;
+  l.micro_batch = cfg.parallel.micro_batch;
+  l.recompute = cfg.parallel.recompute;
+  l.zero1 = cfg.parallel.zero1;
+  l.sequence_parallel = cfg.parallel.sequence_parallel;
+  l.virtual_stages = cfg.parallel.virtual_stages;
+  l.stage_layers = cfg.parallel.stage_layers;
+  return l;
+}
+
+PlanTarget plan_target_of(const RunConfig& cfg, PlanDevice device) {
+  PlanTarget t;
+  t.device = device;
+  t.precision = cfg.train.precision;
+  t.global_batch = cfg.train.global_batch;
+  t.seq = cfg.model.context;
+  t.bucket_size = cfg.parallel.bucket_size;
+  return t;
 }
 }  // namespace
 
@@ -31,6 +58,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       grid_(world, static_cast<int>(cfg.parallel.tp), static_cast<int>(cfg.parallel.pp)),
       seq_(cfg.model.context) {
   const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
+  // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
+  check_planned_memory();
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
 
@@ -144,6 +173,44 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   if (!cfg_.checkpoint.dir.empty() || cfg_.checkpoint.resume != "none") {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *world_);
     resume_from_checkpoint();
+  }
+}
+
+void Trainer::check_planned_memory() {
+  const PlanLayout layout = plan_layout_of(cfg_, grid_.dp_size());
+  planned_cpu_bytes_ =
+      estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::cpu)).total();
+  if (cfg_.train.gpu.empty()) return;
+  const GpuSpec& gpu = *find_gpu(cfg_.train.gpu);  // validate() checked the name
+  const MemoryEstimate e =
+      estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::gpu));
+  const double budget = static_cast<double>(gpu.memory_bytes);
+  const std::string why = explain_memory(e, budget, std::string(gpu.label));
+  if (e.total() > budget) {
+    throw UserError(fmt::format("{}: train.gpu = \"{}\": the layout {} does not fit: {}; "
+                                "`jumbo plan --config {} --nodes N` lists layouts that do",
+                                cfg_.source, cfg_.train.gpu, layout.describe(), why,
+                                cfg_.source));
+  }
+  print(fmt::format("plan for train.gpu = {} ({} layout {}): fits, {}", cfg_.train.gpu,
+                    gpu.instance, layout.describe(), why));
+}
+
+void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr,
+                              int64_t batch) {
+  summary.stop_signal = signal;
+  if (checkpointer_ && !cfg_.checkpoint.dir.empty()) {
+    if (!checkpointer_->due(step, cfg_.train.steps)) save_checkpoint(step, lr, batch);
+    checkpointer_->wait();
+    summary.stop_saved = true;
+    print(fmt::format("stopping after step {} of {} on {}: checkpoint saved in {}; exit {} so "
+                      "the job is requeued and resumes",
+                      step, cfg_.train.steps, stop_signal_name(signal), cfg_.checkpoint.dir,
+                      kExitStoppedForRequeue));
+  } else {
+    print(fmt::format("stopping after step {} of {} on {}: checkpoint.dir is empty, nothing "
+                      "saved",
+                      step, cfg_.train.steps, stop_signal_name(signal)));
   }
 }
 
@@ -332,8 +399,24 @@ TrainSummary Trainer::run() {
     summary.steps = step;
     step_ = step;
     if (checkpointer_ && checkpointer_->due(step, steps)) save_checkpoint(step, lr, batch);
+    // Every rank stops after the same step: the first signal any of them got decides.
+    const int signal = static_cast<int>(
+        world_->all_reduce_scalar(static_cast<double>(stop_signal_received()), ReduceOp::max));
+    if (signal != 0 && step < steps) {
+      stop_for_signal(summary, signal, step, lr, batch);
+      break;
+    }
   }
   if (checkpointer_) checkpointer_->wait();
+  summary.planned_bytes = planned_cpu_bytes_;
+  summary.measured_peak_bytes = static_cast<uint64_t>(world_->all_reduce_scalar(
+      static_cast<double>(peak_rss_bytes()), ReduceOp::max));
+  print(fmt::format("memory per rank: planned {} (fullest stage, docs/plan.md), measured peak {} "
+                    "(largest over ranks): {:+.1f}%",
+                    human_bytes(summary.planned_bytes, 2),
+                    human_bytes(static_cast<double>(summary.measured_peak_bytes), 2),
+                    100.0 * (static_cast<double>(summary.measured_peak_bytes) /
+                                 summary.planned_bytes - 1.0)));
   return summary;
 }
 

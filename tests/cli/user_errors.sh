@@ -58,6 +58,16 @@ expect_error missing-tokenizer "$tmp/none.model" -- \
 expect_error missing-preset "missing.toml" "cannot open" -- info --model "$tmp/missing.toml"
 expect_error bad-precision "bf17" -- bench train --model inputs/models/tiny.toml --precision bf17
 
+expect_error unknown-gpu "train.gpu" "v100" "a100-40gb" -- train --set train.gpu=v100
+expect_error bad-emf-address "log.emf_address" "tcp://HOST:PORT" -- \
+  train --set log.emf_address=localhost:25888
+# J1-Jumbo on one A100: the start-of-run plan refuses it before allocating anything.
+expect_error layout-does-not-fit "train.gpu" "does not fit" "GiB of 40.0 GiB" -- \
+  train --set model.preset=inputs/models/j1-jumbo.toml --set train.gpu=a100-40gb \
+  --set parallel.micro_batch=1 --set train.global_batch=8
+expect_error plan-unknown-gpu "--gpu" "tpu" -- plan --model inputs/models/j1-jumbo.toml --gpu tpu --nodes 4
+expect_error plan-no-nodes "--nodes" "0" -- plan --model inputs/models/j1-jumbo.toml --nodes 0
+
 # A tokenizer that is not a SentencePiece model.
 echo "not a model" >"$tmp/bad.model"
 expect_error corrupt-tokenizer "$tmp/bad.model" -- \

@@ -66,6 +66,13 @@ std::shared_ptr<Comm> mpi_world();
 // Starts MPI (idempotent); returns the world size.
 int mpi_init(int* argc, char*** argv);
 void mpi_finalize();
+// What `jumbo doctor` reports of the MPI library: "Open MPI v4.1.4", thread support, host.
+struct MpiInfo {
+  std::string library;
+  bool thread_multiple = false;
+  std::string processor;  // MPI_Get_processor_name: the node
+};
+MpiInfo mpi_info();
 // Ends every rank of the job with this exit code (a rank failed; others must not hang).
 [[noreturn]] void mpi_abort(int code);
 

@@ -42,10 +42,10 @@ struct ParallelConfig {
   int64_t micro_batch = 1;   // sequences per microbatch per data-parallel rank
   bool zero1 = false;        // distributed optimizer: each dp rank owns 1/dp of Adam and master
   int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
-  std::string recompute = "none";
+  std::string recompute = "none";  // activation recomputation: "none", "selective", "full"
   bool sequence_parallel = false;  // norms and residuals split along the sequence over tp
   int64_t virtual_stages = 1;      // model chunks per pipeline rank (interleaved 1F1B when > 1)
-  std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo  // activation recomputation: "none", "selective", "full"
+  std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo
   double comm_timeout_s = 300;  // watchdog: a blocking communication waiting longer aborts the job
 };
 
@@ -68,6 +68,10 @@ struct TrainConfig {
   int64_t eval_every = 0;          // steps between validation evaluations; 0 = never
   int64_t eval_batches = 8;        // microbatches per evaluation
   int64_t threads = 0;             // OpenMP threads; 0 = what OMP_NUM_THREADS / cores say
+  // The GPU this run is planned for (config/gpus.h): at start jumbo prints the layout's
+  // estimated memory per GPU against its memory and refuses a layout that cannot fit; it
+  // is also the peak for MFU unless log.peak_tflops is set. "" = none (a CPU run).
+  std::string gpu;
 };
 
 struct DataConfig {
@@ -94,6 +98,11 @@ struct LogConfig {
   int64_t every = 1;          // human line every N steps on rank 0
   double peak_tflops = 0;     // per-device peak for MFU; 0 = measure this machine's fp32 peak
   bool comm = false;          // count bytes sent per group per step (JSON fields comm_*_bytes)
+  // CloudWatch Embedded Metric Format, rank 0, one line per log interval (docs/metrics.md).
+  std::string emf_file;       // a file the CloudWatch agent tails; "" = none
+  std::string emf_address;    // the agent's EMF endpoint, "tcp://127.0.0.1:25888"; "" = none
+  std::string emf_namespace = "jumbo";
+  std::string run_name;       // the RunName dimension; "" = the config file's name
 };
 
 struct RunConfig {

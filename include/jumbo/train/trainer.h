@@ -29,6 +29,12 @@ struct TrainSummary {
   double final_loss = 0;
   std::optional<double> final_val_loss;
   std::vector<double> losses;  // per step run by this process, for tests
+  // A graceful stop (stop_signal.h): the signal, and whether a checkpoint of `steps` was saved.
+  int stop_signal = 0;
+  bool stop_saved = false;
+  // Peak resident memory, the largest over the ranks, and the plan's estimate (fullest stage).
+  uint64_t measured_peak_bytes = 0;
+  double planned_bytes = 0;
 };
 
 class Trainer {
@@ -51,6 +57,11 @@ class Trainer {
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
+  // Estimated memory of this layout: on train.gpu (throws UserError if it cannot fit) and on
+  // this CPU rank (compared with the measured peak at the end).
+  void check_planned_memory();
+  // After a stop signal: save (unless this step was just saved), wait, and report.
+  void stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr, int64_t batch);
 
   RunConfig cfg_;
   Backend& backend_;
@@ -73,6 +84,7 @@ class Trainer {
   std::unique_ptr<BatchRamp> ramp_;
   std::vector<int32_t> tokens_, targets_;
   double peak_tflops_ = 0;
+  double planned_cpu_bytes_ = 0;
   std::unique_ptr<Checkpointer> checkpointer_;
   // Where training stands (restored by a resume).
   int64_t step_ = 0, consumed_samples_ = 0, consumed_tokens_ = 0;

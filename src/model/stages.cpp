@@ -1,4 +1,4 @@
-#include "jumbo/train/stages.h"
+#include "jumbo/model/stages.h"
 
 #include <cstdlib>
 

@@ -1,0 +1,95 @@
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jumbo/config/config.h"
+#include "jumbo/config/gpus.h"
+#include "jumbo/plan/search.h"
+#include "verbs.h"
+
+namespace jumbo::cli {
+
+void add_plan_verb(CLI::App& app, VerbRunner& run) {
+  struct Args {
+    std::string model, config, gpu = "a100-40gb", precision = "bf16";
+    std::vector<std::string> overrides;
+    int64_t nodes = 0, gpus_per_node = 8, global_batch = 0, seq = 0;
+    size_t limit = 20;
+    bool best = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "layouts of a model that fit N GPU nodes, with memory per GPU (docs/plan.md)");
+  auto* model = cmd->add_option("-m,--model", args->model, "model preset TOML");
+  auto* config = cmd->add_option("-c,--config", args->config,
+                                 "run config TOML (model, global batch and precision from it)");
+  model->excludes(config);
+  cmd->add_option("--set", args->overrides, "override a key of the run config");
+  cmd->add_option("--gpu", args->gpu, "GPU type: " + known_gpu_names())->capture_default_str();
+  cmd->add_option("--nodes", args->nodes, "nodes")->required();
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node")->capture_default_str();
+  cmd->add_option("--global-batch", args->global_batch,
+                  "sequences per step (default: the run config's, else 1536 = 3.2M tokens of 2048)");
+  cmd->add_option("--seq", args->seq, "tokens per sequence (default: model.context)");
+  cmd->add_option("--precision", args->precision, "bf16 or fp32")->capture_default_str();
+  cmd->add_option("--limit", args->limit, "rows to print; 0 = all")->capture_default_str();
+  cmd->add_flag("--best", args->best,
+                "print only the recommended layout as --set overrides (for sbatch scripts)");
+  cmd->callback([&run, args] {
+    run = [args] {
+      PlanRequest r;
+      if (!args->model.empty()) {
+        r.model = load_model_config(args->model);
+        validate_model(r.model, args->model);
+        r.target.global_batch = 1536;
+      } else if (!args->config.empty()) {
+        const RunConfig cfg = load_run_config(args->config, args->overrides);
+        r.model = cfg.model;
+        r.target.global_batch = cfg.train.global_batch;
+        args->precision = to_string(cfg.train.precision);
+      } else {
+        throw UserError("jumbo plan: give --model FILE or --config FILE");
+      }
+      const GpuSpec* gpu = find_gpu(args->gpu);
+      if (!gpu)
+        throw UserError(fmt::format("jumbo plan: --gpu {}: expected one of {}", args->gpu,
+                                    known_gpu_names()));
+      r.gpu = *gpu;
+      if (args->nodes < 1)
+        throw UserError(fmt::format("jumbo plan: --nodes {}: expected >= 1", args->nodes));
+      if (args->gpus_per_node < 1)
+        throw UserError(fmt::format("jumbo plan: --gpus-per-node {}: expected >= 1",
+                                    args->gpus_per_node));
+      if (args->precision != "bf16" && args->precision != "fp32")
+        throw UserError(fmt::format("jumbo plan: --precision {}: expected bf16 or fp32",
+                                    args->precision));
+      if (args->global_batch < 0 || args->seq < 0 || args->seq > r.model.context)
+        throw UserError(fmt::format("jumbo plan: --global-batch {} --seq {}: expected >= 1, and "
+                                    "a sequence no longer than model.context = {}",
+                                    args->global_batch, args->seq, r.model.context));
+      r.nodes = args->nodes;
+      r.gpus_per_node = args->gpus_per_node;
+      if (args->global_batch > 0) r.target.global_batch = args->global_batch;
+      r.target.seq = args->seq;
+      r.target.device = PlanDevice::gpu;
+      r.target.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      int64_t searched = 0;
+      const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
+      if (args->best) {
+        const PlanCandidate* best = recommended_layout(fitting);
+        if (!best)
+          throw UserError(fmt::format(
+              "jumbo plan: no layout of {} fits {} nodes of {} x {} ({} layouts tried)",
+              r.model.name, r.nodes, r.gpus_per_node, r.gpu.label, searched));
+        fmt::print("{}\n", layout_overrides(best->layout));
+        return 0;
+      }
+      fmt::print("{}", format_plan(r, fitting, searched, args->limit));
+      return fitting.empty() ? 1 : 0;
+    };
+  });
+}
+
+}  // namespace jumbo::cli

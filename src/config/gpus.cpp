@@ -1,0 +1,32 @@
+#include "jumbo/config/gpus.h"
+
+namespace jumbo {
+
+const std::vector<GpuSpec>& known_gpus() {
+  static const std::vector<GpuSpec> gpus = {
+      // NVLink 3 (A100) moves 300 GB/s each way, NVLink 4 (H100/H200) 450; NCCL's all-reduce
+      // bus bandwidth inside a node reaches roughly 75-80% of that.
+      {"a100-40gb", "A100-SXM4-40GB", 40960ull << 20, 312, "p4d.24xlarge", 230, 400},
+      {"a100-80gb", "A100-SXM4-80GB", 81920ull << 20, 312, "p4de.24xlarge", 230, 400},
+      {"h100-80gb", "H100-SXM5-80GB", 81559ull << 20, 989, "p5.48xlarge", 350, 3200},
+      {"h200-141gb", "H200-SXM-141GB", 143771ull << 20, 989, "p5en.48xlarge", 350, 3200},
+  };
+  return gpus;
+}
+
+const GpuSpec* find_gpu(std::string_view name) {
+  for (const GpuSpec& g : known_gpus())
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
+std::string known_gpu_names() {
+  std::string out;
+  for (const GpuSpec& g : known_gpus()) {
+    if (!out.empty()) out += ", ";
+    out += g.name;
+  }
+  return out;
+}
+
+}  // namespace jumbo

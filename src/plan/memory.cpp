@@ -1,0 +1,202 @@
+// The memory model of docs/plan.md. Every term is a count of bytes a stage holds; the
+// comments name the tensors they stand for.
+#include "jumbo/plan/memory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "jumbo/model/gpt.h"
+#include "jumbo/model/stages.h"
+
+namespace jumbo {
+
+std::string PlanLayout::describe() const {
+  std::string out = fmt::format("tp {} x pp {} x dp {}, micro batch {}, recompute {}", tp, pp,
+                                dp, micro_batch, recompute);
+  if (virtual_stages > 1) out += fmt::format(", {} chunks per stage", virtual_stages);
+  if (zero1) out += ", ZeRO-1";
+  if (sequence_parallel && tp > 1) out += ", sequence parallel";
+  return out;
+}
+
+int64_t microbatches_per_step(const PlanLayout& l, const PlanTarget& t) {
+  return std::max<int64_t>(1, t.global_batch / std::max<int64_t>(1, l.micro_batch * l.dp));
+}
+
+int64_t in_flight_microbatches(int64_t pp, int64_t stage, int64_t microbatches, int64_t v) {
+  if (pp <= 1) return 1;
+  if (v <= 1) return std::min(pp - stage, microbatches);
+  // Interleaved: counted in chunk-microbatches (each holds 1/v of the stage's layers).
+  const int64_t warmup = 2 * (pp - stage - 1) + (v - 1) * pp;
+  return std::min(warmup + 1, microbatches * v);
+}
+
+double runtime_bytes(PlanDevice device) {
+  // GPU: CUDA context with lazy loading (~0.5 GiB), NCCL buffers of five communicators
+  // (~0.5 GiB), cuBLASLt workspaces, and slack: 1.5 GiB. CPU: the jumbo binary, its
+  // libraries, Open MPI and OpenBLAS's buffers: 27 MiB measured on a run of the tiny model.
+  return device == PlanDevice::gpu ? 1.5 * (1ull << 30) : 28.0 * (1ull << 20);
+}
+
+namespace {
+
+struct Shape {
+  double b, s, sp, c, cl, fl, hl, vl;  // sp: sequence part this rank holds in norm regions
+};
+
+// CPU backend: the tensors GptModel::layout_activations allocates, by name. t is the
+// compute dtype's size; attention probabilities and layernorm statistics are f32.
+double cpu_layer_bytes(const Shape& x, double t, bool sp, bool core_attention) {
+  const double full_copy = sp ? x.b * x.s * x.c * t : 0;  // ln*_full when sequence parallel
+  double bytes = 0;
+  bytes += 2 * (x.b * x.sp * x.c * t + full_copy + 2 * x.b * x.sp * 4);  // ln1, ln2 (+ stats)
+  bytes += x.b * x.s * 3 * x.cl * t;                                   // qkv
+  if (core_attention) bytes += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;  // atty, probs
+  bytes += 2 * x.b * x.sp * x.c * t;                                   // residual2, residual3
+  bytes += 2 * x.b * x.s * x.fl * t;                                   // fch, fch_gelu
+  return bytes;
+}
+
+double cpu_activations(const Shape& x, const PlanLayout& l, double t, bool first, bool last,
+                       int64_t layers, int64_t slots, int64_t chunks) {
+  const bool sp = l.sequence_parallel && l.tp > 1;
+  const double part = x.b * x.sp * x.c * t, full = x.b * x.s * x.c * t;
+  const double n = x.b * x.s;
+  // Per slot: token ids, the stage input and (without the embedding) its gradient.
+  double slot = 2 * n * 4 + part + ((!first || chunks > 1) ? part : 0);
+  double shared = 0;
+  if (l.recompute == "full") {
+    slot += layers * part;  // each layer's output (the next one's input)
+    shared += cpu_layer_bytes(x, t, sp, true);
+  } else if (l.recompute == "selective") {
+    slot += layers * cpu_layer_bytes(x, t, sp, false);
+    shared += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;
+  } else {
+    slot += layers * cpu_layer_bytes(x, t, sp, true);
+  }
+  double bytes = slot * static_cast<double>(slots) + shared;
+  if (last) {  // final norm, logits, cross-entropy parts
+    bytes += part + (sp ? full : 0) + 2 * x.b * x.sp * 4 + n * x.vl * t + 4 * n * 4;
+  }
+  // Backward buffers shared by all layers: proj_out, dresidual, dln, datty, dqkv, dfch,
+  // dfch_gelu, dprobs, and the sequence-parallel staging copies.
+  bytes += full + part + full + x.b * x.s * x.cl * t + x.b * x.s * 3 * x.cl * t +
+           2 * x.b * x.s * x.fl * t + x.b * x.hl * x.s * x.s * 4;
+  if (sp) bytes += part + full + part + full + (first ? full : 0);
+  return bytes;
+}
+
+// GPU (bf16, flash attention, no dropout): per layer and microbatch a layer keeps its input
+// and the two norms' inputs... 32 s b h / t bytes with sequence parallelism: layer input,
+// ln1 output, q k v, attention output, residual, ln2 output (2 each), fc1 and GELU outputs
+// (8 each, ffn = 4h), plus f32 norm statistics and the attention's log-sum-exp. Without
+// sequence parallelism the 8 s b h of norm regions are not divided by t.
+double gpu_layer_bytes(const Shape& x) {
+  const double norm_regions = 4 * 2 * x.b * x.sp * x.c;                 // input, ln1, resid, ln2
+  const double tp_regions = x.b * x.s * (3 * x.cl + x.cl) * 2 + 2 * x.b * x.s * x.fl * 2;
+  const double stats = 2 * 2 * x.b * x.sp * 4 + x.b * x.hl * x.s * 4;   // norm mean/rstd, LSE
+  return norm_regions + tp_regions + stats;
+}
+
+double gpu_activations(const Shape& x, const PlanLayout& l, bool last, int64_t layers,
+                       int64_t slots) {
+  const double part = 2 * x.b * x.sp * x.c;
+  double per_microbatch = l.recompute == "full" ? layers * part : layers * gpu_layer_bytes(x);
+  double bytes = per_microbatch * static_cast<double>(slots);
+  // One layer being recomputed or back-propagated at a time: its activations and their
+  // gradients live while it runs.
+  bytes += 2 * gpu_layer_bytes(x);
+  // The head holds one microbatch: bf16 logits and the f32 softmax the cross-entropy
+  // backward reads, vocab-parallel (V / t columns).
+  if (last) bytes += x.b * x.s * x.vl * (2 + 4) + 2 * part;
+  // Pipeline send and receive buffers, both directions.
+  if (l.pp > 1) bytes += 4 * part;
+  return bytes;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
+                                     const PlanTarget& t, int64_t stage) {
+  const StageLayers sl = stage_layer_range(m, l.pp, stage, l.virtual_stages, l.stage_layers);
+  GptOptions opts;
+  opts.first_layer = sl.first_layer;
+  opts.num_layers = sl.num_layers;
+  opts.chunks = sl.chunks;
+  opts.chunk_stride = sl.chunk_stride;
+  opts.has_embedding = stage == 0;
+  opts.has_head = stage == l.pp - 1;
+  int64_t params = 0;
+  for (const ParamInfo& p : gpt_stage_params(m, opts, 0, l.tp)) params += p.numel();
+  // The flat buffers are padded so dp shards divide them.
+  params = (params + l.dp - 1) / l.dp * l.dp;
+
+  MemoryEstimate e;
+  e.stage = stage;
+  e.layers = sl.num_layers * sl.chunks;
+  e.params = params;
+  const int64_t micro = microbatches_per_step(l, t);
+  e.in_flight = in_flight_microbatches(l.pp, stage, micro, l.virtual_stages);
+  const double n = static_cast<double>(params);
+  const bool bf16 = t.precision == Precision::bf16;
+  const bool zero1 = l.zero1 && l.dp > 1;
+  const double dp = static_cast<double>(l.dp);
+
+  const int64_t seq = t.seq > 0 ? t.seq : m.context;
+  const bool sp = l.sequence_parallel && l.tp > 1;
+  Shape x{};
+  x.b = static_cast<double>(l.micro_batch);
+  x.s = static_cast<double>(seq);
+  x.sp = sp ? x.s / static_cast<double>(l.tp) : x.s;
+  x.c = static_cast<double>(m.d_model);
+  x.cl = x.c / static_cast<double>(l.tp);
+  x.fl = static_cast<double>(m.ffn_dim()) / static_cast<double>(l.tp);
+  x.hl = static_cast<double>(m.heads) / static_cast<double>(l.tp);
+  x.vl = static_cast<double>(m.padded_vocab(l.tp)) / static_cast<double>(l.tp);
+
+  // Interleaved stages hold chunk-microbatches of layers / v layers each.
+  const int64_t layers_per_slot = sl.num_layers;
+  if (t.device == PlanDevice::gpu) {
+    // bf16 weights; the f32 master, main grads and Adam in f32 (6 + 12/dp bytes under ZeRO-1,
+    // 18 without: Megatron's distributed optimizer).
+    e.weights = n * (bf16 ? 2 : 0) + (zero1 ? 0 : 4 * n);
+    e.grads = 4 * n;
+    e.optimizer = zero1 ? 12 * n / dp : 8 * n;
+    e.activations = gpu_activations(x, l, stage == l.pp - 1, layers_per_slot, e.in_flight);
+    e.workspace = runtime_bytes(PlanDevice::gpu);
+  } else {
+    // jumbo's CPU path: f32 master and main grads for the whole stage, a bf16 copy in bf16
+    // mode; under ZeRO-1 Adam and the owned gradient shard are 1/dp.
+    const double t_size = bf16 ? 2 : 4;
+    e.weights = n * (4 + (bf16 ? 2 : 0));
+    e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
+    e.optimizer = zero1 ? 8 * n / dp : 8 * n;
+    e.activations = cpu_activations(x, l, t_size, stage == 0, stage == l.pp - 1,
+                                    layers_per_slot, e.in_flight, sl.chunks);
+    // bf16 GEMM operands are widened to f32 in scratch sized by the largest GEMM.
+    double scratch = 0;
+    if (bf16) {
+      const double rows = x.b * x.s;
+      const double widest = std::max({x.c, x.fl, x.vl, 3 * x.cl});
+      const double matrix = widest * x.c;
+      scratch = 4 * (2 * rows * widest + 2 * std::max(matrix, rows * widest));
+    }
+    // Open MPI's non-blocking collectives (libnbc) copy each gradient bucket in flight; the
+    // buckets of a step are all in flight before the first wait: 4 bytes per parameter.
+    const double nbc_copies = l.dp > 1 ? 4 * n : 0;
+    e.workspace = runtime_bytes(PlanDevice::cpu) + scratch + nbc_copies;
+  }
+  return e;
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& m, const PlanLayout& l, const PlanTarget& t) {
+  MemoryEstimate worst;
+  for (int64_t stage = 0; stage < l.pp; ++stage) {
+    MemoryEstimate e = estimate_stage_memory(m, l, t, stage);
+    if (stage == 0 || e.total() > worst.total()) worst = e;
+  }
+  return worst;
+}
+
+}  // namespace jumbo

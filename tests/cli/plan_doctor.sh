@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `jumbo plan` and `jumbo doctor` as a user runs them. Usage: plan_doctor.sh JUMBO REPO
+set -uo pipefail
+jumbo=$1
+repo=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$repo"
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+# J1-Jumbo on 64 p4d nodes: layouts fit, the recommendation is tp 8 within the node, and its
+# estimate is under 40 GiB.
+"$jumbo" plan --model inputs/models/j1-jumbo.toml --gpu a100-40gb --nodes 64 >"$tmp/plan" 2>&1
+status=$?
+if [[ $status -eq 0 ]] && grep -q "^recommended: tp 8 x pp" "$tmp/plan" &&
+  grep -Eq "memory: [0-9.]+ GiB of 40.0 GiB per A100-SXM4-40GB: weights" "$tmp/plan"; then
+  pass "plan j1-jumbo 64 nodes: $(grep '^recommended' "$tmp/plan")"
+else
+  fail "plan j1-jumbo 64 nodes (status $status)"
+  cat "$tmp/plan"
+fi
+# Rows are sorted by total memory, largest first, and every one is within 40 GiB.
+if python3 - "$tmp/plan" <<'PY'; then
+import re, sys
+totals = [float(m.group(1)) for m in (re.search(r"\|\s+([0-9.]+) \|", l) for l in open(sys.argv[1])) if m]
+assert totals, "no rows"
+assert totals == sorted(totals, reverse=True), totals
+assert max(totals) <= 40.0, totals
+PY
+  pass "plan rows sorted largest first, all <= 40 GiB"
+else
+  fail "plan rows"
+fi
+best=$("$jumbo" plan --model inputs/models/j1-jumbo.toml --gpu a100-40gb --nodes 64 --best)
+if [[ $best =~ ^--set\ parallel.tp=8\ --set\ parallel.pp=[0-9]+ ]]; then
+  pass "plan --best: $best"
+else
+  fail "plan --best: '$best'"
+fi
+# The overrides it prints are accepted by the run config loader.
+# shellcheck disable=SC2086
+if "$jumbo" info --config inputs/runs/demo.toml --set model.preset=inputs/models/j1-jumbo.toml $best >/dev/null; then
+  pass "plan --best overrides load"
+else
+  fail "plan --best overrides load"
+fi
+"$jumbo" plan --model inputs/models/j1-jumbo.toml --nodes 1 >"$tmp/none" 2>&1
+status=$?
+if [[ $status -eq 1 ]] && grep -q "none of the" "$tmp/none"; then
+  pass "plan: nothing fits on one node (exit 1)"
+else
+  fail "plan on one node: status $status"
+  cat "$tmp/none"
+fi
+
+# doctor: this machine has no EFA and no GPU; with a writable directory it passes.
+"$jumbo" doctor --dir "$tmp/shared" >"$tmp/doctor" 2>&1
+status=$?
+if [[ $status -eq 0 ]] && grep -q "^ok    mpi " "$tmp/doctor" &&
+  grep -q "^ok    libfabric  libfabric .*providers .*tcp" "$tmp/doctor" &&
+  grep -q "^ok    storage    $tmp/shared" "$tmp/doctor" && [[ -z $(ls -A "$tmp/shared") ]]; then
+  pass "doctor passes and leaves nothing behind"
+else
+  fail "doctor (status $status)"
+  cat "$tmp/doctor"
+fi
+"$jumbo" doctor --expect-efa >"$tmp/efa" 2>&1
+status=$?
+if [[ $status -eq 1 ]] && grep -q "^FAIL  libfabric .*no efa" "$tmp/efa"; then
+  pass "doctor --expect-efa fails without EFA (exit 1)"
+else
+  fail "doctor --expect-efa: status $status"
+  cat "$tmp/efa"
+fi
+mkdir -p "$tmp/ro" && chmod 0555 "$tmp/ro"
+if [[ $(id -u) -ne 0 ]]; then
+  "$jumbo" doctor --dir "$tmp/ro" >"$tmp/ro.out" 2>&1
+  status=$?
+  if [[ $status -eq 1 ]] && grep -q "^FAIL  storage" "$tmp/ro.out"; then
+    pass "doctor: read-only directory fails"
+  else
+    fail "doctor read-only: status $status"
+  fi
+fi
+# Under mpirun: one report from rank 0, every rank counted.
+mpirun -np 2 --oversubscribe "$jumbo" doctor --dir "$tmp/shared" >"$tmp/mpi" 2>&1
+status=$?
+if [[ $status -eq 0 ]] && grep -q "^doctor: 2 ranks checked, 0 with a failed check" "$tmp/mpi" &&
+  [[ $(grep -c "^ok    mpi" "$tmp/mpi") -eq 1 ]]; then
+  pass "doctor under mpirun -np 2"
+else
+  fail "doctor under mpirun (status $status)"
+  cat "$tmp/mpi"
+fi
+
+echo "$failures failures"
+[[ $failures -eq 0 ]]

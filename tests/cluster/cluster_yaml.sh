@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The ParallelCluster files (parallelcluster/): renders cluster.yaml with dummy values and checks
+# its keys (check_cluster_yaml.py), that render.sh refuses a missing variable in one line naming
+# it, that the scripts parse (bash -n, and shellcheck where installed), that the install script
+# plans no package that would shadow the EFA installer's Open MPI, and cloudwatch-agent.json.
+#
+#   bash tests/cluster/cluster_yaml.sh JUMBO_BINARY SOURCE_DIR   (JUMBO_BINARY is not used)
+#
+# One line per failed check; exit 1 if any failed, else a summary and exit 0.
+set -uo pipefail
+
+if (($# != 2)); then
+  echo "usage: cluster_yaml.sh JUMBO_BINARY SOURCE_DIR" >&2
+  exit 2
+fi
+source_dir=$(cd "$2" && pwd) || exit 2
+pc=$source_dir/parallelcluster
+python=/usr/bin/python3
+
+passed=0 failed=0
+pass() { passed=$((passed + 1)); }
+fail() {
+  echo "FAIL: $*"
+  failed=$((failed + 1))
+}
+
+if ! "$python" -c 'import yaml' 2>/dev/null; then
+  echo "FAIL: $python has no PyYAML (Debian: apt-get install python3-yaml)"
+  exit 1
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Dummy values, in the forms AWS uses. The key name has a space: render.sh must keep it whole.
+values=(
+  AWS_REGION=us-east-1
+  HEAD_SUBNET_ID=subnet-0123456789abcdef0
+  COMPUTE_SUBNET_ID=subnet-0fedcba9876543210
+  "SSH_KEY_NAME=jumbo test key"
+  S3_BUCKET=jumbo-test-bucket
+)
+
+# -- render.sh with every variable set: a YAML file with the values, checked key by key.
+if env -i PATH="$PATH" "${values[@]}" bash "$pc/render.sh" "$tmp/cluster.yaml" >"$tmp/render.out" 2>&1; then
+  pass
+  checker_out=$("$python" "$source_dir/tests/cluster/check_cluster_yaml.py" "$source_dir" \
+    "$tmp/cluster.yaml" "${values[@]}" 2>&1)
+  checker_rc=$?
+  # The checker's own failure lines, then its count folded into ours.
+  grep -v '^check_cluster_yaml: ' <<<"$checker_out" | grep . | sed 's/^/FAIL: /' || true
+  counts=$(grep '^check_cluster_yaml: ' <<<"$checker_out")
+  if [[ $counts =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+  else
+    fail "check_cluster_yaml.py: no summary line (exit $checker_rc): $checker_out"
+  fi
+  ((checker_rc == 0 || failed > 0)) || fail "check_cluster_yaml.py exited $checker_rc"
+else
+  fail "render.sh with all variables set: expected exit 0, got: $(tr '\n' ' ' <"$tmp/render.out")"
+fi
+
+# -- render.sh with one variable missing (each in turn): non-zero, one line naming it, no file.
+for entry in "${values[@]}"; do
+  name=${entry%%=*}
+  others=()
+  for other in "${values[@]}"; do [[ ${other%%=*} == "$name" ]] || others+=("$other"); done
+  rm -f "$tmp/missing.yaml"
+  env -i PATH="$PATH" "${others[@]}" bash "$pc/render.sh" "$tmp/missing.yaml" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(grep -c . "$tmp/err")
+  if ((rc == 0)); then
+    fail "render.sh without $name: expected a non-zero exit, got 0"
+  elif ((lines != 1)) || ! grep -q "$name" "$tmp/err"; then
+    fail "render.sh without $name: expected one line on stderr naming $name, got $lines: $(tr '\n' '|' <"$tmp/err")"
+  elif [[ -e $tmp/missing.yaml ]]; then
+    fail "render.sh without $name: expected no output file, but it wrote one"
+  else
+    pass
+  fi
+done
+
+# -- a value that would break the YAML is refused as well.
+if env -i PATH="$PATH" "${values[@]}" 'SSH_KEY_NAME=a"b' bash "$pc/render.sh" "$tmp/quote.yaml" >/dev/null 2>&1; then
+  fail "render.sh with a double quote in SSH_KEY_NAME: expected a non-zero exit, got 0"
+else
+  pass
+fi
+
+# -- the scripts parse; shellcheck where the machine has it (Debian: shellcheck).
+for script in "$pc/on-node-configured.sh" "$pc/render.sh"; do
+  if out=$(bash -n "$script" 2>&1); then pass; else fail "bash -n ${script#"$source_dir"/}: $(tr '\n' ' ' <<<"$out")"; fi
+  if command -v shellcheck >/dev/null; then
+    if out=$(shellcheck -S warning "$script" 2>&1); then
+      pass
+    else
+      fail "shellcheck ${script#"$source_dir"/}: expected no warnings: $(head -n 5 <<<"$out" | tr '\n' ' ')"
+    fi
+  fi
+done
+
+# -- the install script's plan (dry run): apt for jumbo's libraries, EFA's Open MPI kept.
+if plan=$(bash "$pc/on-node-configured.sh" --dry-run --role head --artifacts s3://jumbo-test-bucket/jumbo \
+  --arch cascadelake 2>&1); then
+  pass
+  install_line=$(grep -- '+ apt-get .* install ' <<<"$plan" || true)
+  for package in libopenblas-openmp-dev libsentencepiece-dev libcurl4-openssl-dev g++-12; do
+    if grep -qw -- "$package" <<<"$install_line"; then pass; else fail "on-node-configured.sh: expected apt to install $package"; fi
+  done
+  for package in openmpi-bin libopenmpi-dev libhdf5-openmpi-dev libfabric-dev slurmd slurmctld munge; do
+    if grep -qw -- "$package" <<<"$install_line"; then
+      fail "on-node-configured.sh: installs $package, which shadows the EFA installer's or ParallelCluster's own"
+    else
+      pass
+    fi
+  done
+  for expected in "-DMPI_C_COMPILER=/opt/amazon/openmpi/bin/mpicc" "-march=cascadelake" \
+    "lock /fsx/jumbo/.build.lock" "amazon-cloudwatch-agent-ctl -a append-config"; do
+    if grep -qF -- "$expected" <<<"$plan"; then pass; else fail "on-node-configured.sh --dry-run: expected '$expected' in the plan"; fi
+  done
+else
+  fail "on-node-configured.sh --dry-run: expected exit 0, got: $(tail -n 3 <<<"$plan" | tr '\n' ' ')"
+fi
+if bash "$pc/on-node-configured.sh" --dry-run --role nonsense --artifacts s3://b/p >/dev/null 2>&1; then
+  fail "on-node-configured.sh --role nonsense: expected a non-zero exit, got 0"
+else
+  pass
+fi
+
+if ((failed > 0)); then
+  echo "cluster_yaml: $passed passed, $failed failed"
+  exit 1
+fi
+echo "cluster_yaml: $passed passed, 0 failed (parallelcluster/cluster.yaml, render.sh, on-node-configured.sh, cloudwatch-agent.json)"
