@@ -135,7 +135,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   lr_ = std::make_unique<LrSchedule>(cfg_.train, decay);
   ramp_ = std::make_unique<BatchRamp>(cfg_.train, mb * dp);
   if (world_->rank() == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.log.metrics_file);
+  const GpuSpec* gpu = cfg_.train.gpu.empty() ? nullptr : find_gpu(cfg_.train.gpu);
   peak_tflops_ = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops
+                 : gpu                    ? gpu->bf16_tflops
                                           : measure_fp32_peak_gflops(0.3) / 1000.0;
 
   const ParamStore& ps = model_->params();
@@ -155,7 +157,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     human_bytes(static_cast<double>(ps.bytes()), 1),
                     human_bytes(static_cast<double>(optimizer_->state_bytes()), 1),
                     human_bytes(static_cast<double>(model_->activation_bytes()), 1), peak_tflops_,
-                    cfg_.log.peak_tflops > 0 ? "log.peak_tflops" : "measured fp32"));
+                    cfg_.log.peak_tflops > 0 ? "log.peak_tflops"
+                    : gpu                    ? "train.gpu bf16"
+                                             : "measured fp32"));
   if (pp > 1) {
     std::string split;
     for (int64_t n : stage_layers_) split += fmt::format("{}{}", split.empty() ? "" : " ", n);
