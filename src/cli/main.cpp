@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   jumbo::cli::add_data_verb(app, run);
   jumbo::cli::add_bench_verb(app, run);
   jumbo::cli::add_ckpt_verb(app, run);
+  jumbo::cli::add_plot_verb(app, run);
   jumbo::cli::add_plan_verb(app, run);
   jumbo::cli::add_doctor_verb(app, run);
   int code = 0;

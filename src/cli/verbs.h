@@ -13,6 +13,7 @@ void add_info_verb(CLI::App& app, VerbRunner& run);
 void add_data_verb(CLI::App& app, VerbRunner& run);
 void add_bench_verb(CLI::App& app, VerbRunner& run);
 void add_ckpt_verb(CLI::App& app, VerbRunner& run);
+void add_plot_verb(CLI::App& app, VerbRunner& run);
 void add_plan_verb(CLI::App& app, VerbRunner& run);
 void add_doctor_verb(CLI::App& app, VerbRunner& run);
 

@@ -135,6 +135,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   lr_ = std::make_unique<LrSchedule>(cfg_.train, decay);
   ramp_ = std::make_unique<BatchRamp>(cfg_.train, mb * dp);
   if (world_->rank() == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.log.metrics_file);
+  if (world_->rank() == 0 && (!cfg_.log.emf_file.empty() || !cfg_.log.emf_address.empty())) {
+    emf_ = std::make_unique<EmfLog>(cfg_.log, emf_run_name(cfg_),
+                                    emf_layout(grid_.tp_size(), grid_.pp_size(), grid_.dp_size()));
+  }
   const GpuSpec* gpu = cfg_.train.gpu.empty() ? nullptr : find_gpu(cfg_.train.gpu);
   peak_tflops_ = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops
                  : gpu                    ? gpu->bf16_tflops
@@ -397,6 +401,7 @@ TrainSummary Trainer::run() {
     if (metrics_) metrics_->write(m);
     if (step % cfg_.log.every == 0 || step == steps || step == 1 || m.val_loss) {
       print(human_line(m));
+      if (emf_) emf_->write(m);
     }
     summary.losses.push_back(r.loss);
     summary.final_loss = r.loss;

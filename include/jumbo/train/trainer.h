@@ -14,6 +14,7 @@
 #include "jumbo/data/indexed_dataset.h"
 #include "jumbo/data/sampler.h"
 #include "jumbo/model/gpt.h"
+#include "jumbo/obs/emf.h"
 #include "jumbo/obs/metrics.h"
 #include "jumbo/train/batch.h"
 #include "jumbo/train/grad_sync.h"
@@ -80,6 +81,7 @@ class Trainer {
   std::unique_ptr<GptSampler> train_sampler_, valid_sampler_;
   std::unique_ptr<DatasetBatches> train_batches_, valid_batches_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<EmfLog> emf_;  // rank 0, when log.emf_file or log.emf_address is set
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchRamp> ramp_;
   std::vector<int32_t> tokens_, targets_;
