@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=j1-jumbo
+#SBATCH --nodes=64
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=12
+#SBATCH --exclusive
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR1@600
+#SBATCH --time=24:00:00
+#SBATCH --output=logs/%x-%j.out
+#
+# J1-Jumbo (178B) training as one Slurm batch job on p4d.24xlarge nodes (8 x A100 40GB,
+# NVSwitch, 4 x 100 Gbps EFA): one rank per GPU, 12 of the node's 96 vCPUs each.
+#
+#   mkdir -p logs          # Slurm does not create the --output directory: without it the
+#                          # job fails at once (ExitCode 0:53) and leaves no log at all
+#   sbatch slurm/train_jumbo.sh                              # from the repository root
+#   sbatch --nodes=128 slurm/train_jumbo.sh --set train.lr=1e-4
+#
+# Arguments after the script go to `jumbo train`, after the job's own --set arguments, so
+# they win (e.g. `--set train.lr=1e-4`, `--set checkpoint.every=200`). Setting
+# parallel.tp/pp/micro_batch there also turns off the layout from `jumbo plan`.
+#
+# The #SBATCH lines are defaults; sbatch options on the command line override them.
+# --signal=B:USR1@600: 10 minutes before the time limit Slurm sends SIGUSR1 to this batch
+#   shell only ("B:"). The shell forwards it to the launcher, which passes it on to every
+#   rank: jumbo finishes the step, saves a checkpoint and exits 75, and the job requeues
+#   itself. Without "B:" Slurm signals the job steps instead: under srun that reaches the
+#   ranks, but under the mpirun fallback the step's tasks are Open MPI's daemons (orted),
+#   not the ranks and not mpirun; and the batch shell would not know a stop was asked for. 10 minutes covers the step in flight
+#   plus a checkpoint of 178B parameters (~2 TB of shards with Adam state) to FSx.
+# --output without --error: stderr goes to the same file, in order with stdout. (An
+#   --error line here would make `sbatch --output=...` alone send stderr to the old path,
+#   and if its directory is missing the job fails with ExitCode 0:53 before it starts.)
+# --requeue + --open-mode=append: a requeued run is the same job id and writes on at the
+#   end of the same log.
+#
+# Environment (export before sbatch; sbatch passes the environment on):
+#   JUMBO_HOME        repository root (run configs and presets are relative to it);
+#                     default: found from the submitted script's path, else the submit dir
+#   JUMBO             the binary; default $JUMBO_HOME/build/jumbo (on the shared FS)
+#   JUMBO_CONFIG      run config; default inputs/runs/j1-jumbo.toml
+#   JUMBO_RUN_NAME    names the run directory and the checkpoints; default j1-jumbo, so a
+#                     job submitted again continues the same run (resume = auto). Set a new
+#                     name to start a new run.
+#   JUMBO_ROOT        shared storage for runs; default /fsx/jumbo
+#   JUMBO_RUN_DIR     metrics.jsonl, emf.jsonl (CloudWatch EMF), requeues.log;
+#                     default $JUMBO_ROOT/runs/$JUMBO_RUN_NAME
+#   JUMBO_CKPT_DIR    checkpoint.dir (a directory or s3://bucket/prefix);
+#                     default $JUMBO_ROOT/checkpoints/$JUMBO_RUN_NAME
+#   JUMBO_LAUNCHER    srun (default: srun --mpi=pmix --kill-on-bad-exit=1) or mpirun
+#   JUMBO_SRUN_ARGS, JUMBO_MPIRUN_ARGS   extra launcher options (split on blanks)
+#   JUMBO_MAX_RESTARTS  requeues after failures (exit not 0, 2 or 75) per job; default 3.
+#                     Graceful stops (75) always requeue and do not count: failures are
+#                     counted in $JUMBO_RUN_DIR/requeues.log, not with SLURM_RESTART_COUNT,
+#                     which also counts every time-limit requeue of a long run.
+#   JUMBO_EXPECT_EFA  1 (default): set FI_PROVIDER=efa, NCCL_NET_PLUGIN=ofi, NCCL_DEBUG=WARN,
+#                     NCCL_SOCKET_IFNAME=^lo,docker,veth and run `jumbo doctor --expect-efa`;
+#                     0: no network settings (a machine without EFA)
+#   JUMBO_DOCTOR      1 (default): `jumbo doctor` once per node before training (with
+#                     --expect-gpus N when the job has GPUs, --dir JUMBO_CKPT_DIR); a failure
+#                     ends the job, exit 1, not requeued. 0: skip it
+#   JUMBO_DOCTOR_TIMEOUT  seconds for the doctor step; default 300
+#   JUMBO_LAYOUT_FROM_PLAN  1 (default): the layout is `jumbo plan --best` for the allocated
+#                     node count (printed with its memory breakdown in the log; no layout
+#                     that fits ends the job, exit 2); 0: the config's layout
+#   JUMBO_GPU         GPU name for jumbo plan; default the config's train.gpu, else a100-40gb
+#   OMP_NUM_THREADS   threads per rank; default --cpus-per-task
+#   NCCL_* / FI_*     anything set before sbatch is kept (the defaults above fill gaps)
+#
+# Exit codes: 0 done; 2 a mistake in the input (not requeued; the config and arguments are
+# checked with `jumbo info` on the batch host first); 1 a node failed `jumbo doctor` (not
+# requeued); 75 graceful stop (requeued); anything else from `jumbo train` is a failure,
+# requeued up to JUMBO_MAX_RESTARTS times. The log says which,
+# on lines starting "jumbo-slurm:". Requeued jobs start again after Slurm's BeginTime delay
+# (AuthInfo cred_expire, 120 s by default) with SLURM_RESTART_COUNT one higher.
+#
+# LAYOUT-DOC-BEGIN
+# What `jumbo plan --config inputs/runs/j1-jumbo.toml --gpu a100-40gb --nodes N --best` picks
+# (formulas: docs/plan.md); jumbo prints the same breakdown at start ("plan for train.gpu").
+# 64 nodes (default, 512 GPUs): tp 8 (inside a node, NVSwitch) x pp 16 (4-5 layers per
+# stage) x dp 4, micro batch 1, recompute none, ZeRO-1, sequence parallel.
+# Why it fits in 40 GB: the fullest stage (stage 1: 5 layers, 1.43B parameters per GPU)
+# needs 21.7 GiB: weights 2.7 (bf16), grads 5.3 (fp32 main grads), optimizer 4.0 (fp32
+# master + Adam, ZeRO-1 sharded over dp 4), activations 8.2 (15 microbatches in flight in
+# 1F1B, sequence parallel divides them by tp), workspace 1.5. Estimated MFU 50.6%.
+# Other node counts: 16 nodes -> the same tp 8 x pp 16 with dp 1 (no ZeRO-1: 33.7 GiB, the
+# fp32 master and Adam unsharded); 32 and 128 nodes -> tp 8 x pp 16 x dp 2 / 8 with ZeRO-1
+# (25.7 / 19.7 GiB); 8 nodes or fewer: no layout fits (the job stops, exit 2).
+# LAYOUT-DOC-END
+set -uo pipefail
+
+home=${JUMBO_HOME:-}
+if [[ -z $home ]]; then
+  cmd=$(scontrol show job -o "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/.* Command=\([^ ]*\).*/\1/p')
+  for home in "${cmd:+$(dirname "$cmd")/..}" "$(dirname "${BASH_SOURCE[0]}")/.." "${SLURM_SUBMIT_DIR:-.}"; do
+    [[ -n $home && -f $home/slurm/common.sh ]] && break
+  done
+fi
+# shellcheck source=slurm/common.sh
+source "$home/slurm/common.sh" 2>/dev/null || {
+  echo "jumbo-slurm: not requeued because slurm/common.sh is not under '$home': set JUMBO_HOME" \
+    "to the repository, or submit from its root"
+  exit 2
+}
+JUMBO_HOME=$(cd "$home" && pwd)
+jumbo_train_main j1-jumbo inputs/runs/j1-jumbo.toml "$@"

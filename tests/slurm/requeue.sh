@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The requeue paths of slurm/train_jumbo.sh on a one-node Slurm cluster started here, each
+# checked against an uninterrupted run of the same config and layout (tp 2 x pp 2, 4 ranks),
+# which the resumed runs must reproduce bit for bit:
+#  1. time limit: `scancel --signal=USR1 --batch` (what --signal=B:USR1@600 does) once the
+#     metrics show step >= 20: the batch shell forwards SIGUSR1 through srun, jumbo saves and
+#     exits 75, the script requeues, the job runs again (Restarts=1), resumes from the step
+#     it saved and ends COMPLETED with the reference's losses for every step after it; the
+#     same with JUMBO_LAUNCHER=mpirun (Open MPI's mpirun forwards SIGUSR1 too);
+#  2. node failure: SIGKILL to one rank (a PID from `scontrol listpids`): srun's
+#     --kill-on-bad-exit ends the step (no hang), the script requeues it as failure 1 of 3,
+#     and the job resumes from its last periodic checkpoint and finishes with the same
+#     losses as the reference.
+# Usage: requeue.sh JUMBO REPO   (JUMBO with graceful stop: exit 75 on SIGUSR1)
+set -uo pipefail
+jumbo=$1
+repo=$2
+tmp=$(mktemp -d)
+cd "$repo" || exit 1
+source tests/support/small_run.sh
+source tests/support/slurm_cluster.sh
+cleanup() {
+  stop_slurm
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -60 "$log"; }
+  exit 1
+}
+steps=600
+
+mkdir -p "$tmp/data" "$tmp/logs"
+make_small_data "$jumbo" "$tmp/data" || fail "could not make the small dataset"
+cat >"$tmp/run.toml" <<EOF
+[model]
+preset = "inputs/models/tiny.toml"
+[parallel]
+tp = 2
+pp = 2
+micro_batch = 1
+[train]
+steps = $steps
+global_batch = 8
+lr = 3e-3
+warmup_tokens = 0
+[data]
+train = "$tmp/data/data"
+tokenizer = "$tmp/data/tok.model"
+[checkpoint]
+every = 100
+[log]
+every = 100
+peak_tflops = 1
+EOF
+
+start_slurm "$tmp/slurm" || fail "could not start Slurm"
+unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER
+export JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_ROOT=$tmp/fsx JUMBO_EXPECT_EFA=0 \
+  JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=${JUMBO_DOCTOR:-1} JUMBO_MAX_RESTARTS=3 \
+  OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# submit RUN_NAME: the job id; its log is $tmp/logs/j1-jumbo-ID.out. --time well above the
+# script's --signal=B:USR1@600: with --time=10 Slurm would send the time-limit USR1 within
+# its first minute (a stray graceful stop and requeue in every job).
+submit() {
+  JUMBO_RUN_NAME=$1 sbatch --parsable --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 \
+    --gpus-per-node=0 --time=30 --output="$tmp/logs/%x-%j.out" slurm/train_jumbo.sh
+}
+metrics_step() {  # the last step in a metrics file, 0 if none
+  local f=$tmp/fsx/runs/$1/metrics.jsonl
+  [[ -s $f ]] && tail -1 "$f" | sed -n 's/^{"step":\([0-9]*\),.*/\1/p' || echo 0
+}
+# wait_step RUN K SECONDS: until the run's metrics reach step K.
+wait_step() {
+  local deadline=$((SECONDS + $3))
+  while (($(metrics_step "$1") < $2)); do
+    ((SECONDS < deadline)) || fail "$1 did not reach step $2 in $3 s"
+    sleep 0.1
+  done
+}
+# same_losses RUN: every step of RUN's metrics (repeated steps included: a resumed run
+# repeats those after its checkpoint) has the reference's loss, bit for bit, and the last
+# line is step $steps.
+same_losses() {
+  python3 - "$tmp/fsx/runs/reference/metrics.jsonl" "$tmp/fsx/runs/$1/metrics.jsonl" "$steps" <<'EOF'
+import json, sys
+ref = {}
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    ref[d["step"]] = repr(d["loss"])
+rows = [json.loads(l) for l in open(sys.argv[2])]
+bad = [(r["step"], repr(r["loss"]), ref.get(r["step"])) for r in rows if repr(r["loss"]) != ref.get(r["step"])]
+if bad:
+    sys.exit(f"losses differ from the reference (step, got, want): {bad[:5]}")
+if rows[-1]["step"] != int(sys.argv[3]):
+    sys.exit(f"last step {rows[-1]['step']}")
+print(f"{len(rows)} metrics lines, final loss {rows[-1]['loss']!r} = the reference's")
+EOF
+}
+
+# The reference: the same job, never interrupted.
+t0=$SECONDS
+id=$(submit reference) || fail "sbatch"
+log=$tmp/logs/j1-jumbo-$id.out
+wait_job "$id" COMPLETED 120 || fail "reference job"
+[[ $(metrics_step reference) == "$steps" ]] || fail "reference ended at step $(metrics_step reference)"
+echo "ok: reference job $id: $steps steps in $((SECONDS - t0)) s, final loss" \
+  "$(tail -1 "$tmp/fsx/runs/reference/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')"
+
+# 1. The time-limit signal, under srun and under the mpirun fallback (both pass SIGUSR1 on
+# to the ranks).
+graceful_case() {
+  local launcher=$1 name=$2 id stopped t0=$SECONDS
+  id=$(JUMBO_LAUNCHER=$launcher submit "$name") || fail "sbatch"
+  log=$tmp/logs/j1-jumbo-$id.out
+  wait_step "$name" 20 60
+  scancel --signal=USR1 --batch "$id" || fail "scancel --signal=USR1 --batch $id"
+  # The requeued job waits out its BeginTime (cred_expire = 10 s in the test cluster).
+  wait_job "$id" COMPLETED 150 || fail "$launcher: signalled job"
+  [[ $(job_field "$id" Restarts) == 1 ]] || fail "$launcher: Restarts=$(job_field "$id" Restarts)"
+  [[ $(job_field "$id" ExitCode) == 0:0 ]] || fail "$launcher: ExitCode $(job_field "$id" ExitCode)"
+  stopped=$(sed -n 's/^stopping after step \([0-9]*\) of .* on SIGUSR1: checkpoint saved.*/\1/p' "$log")
+  [[ -n $stopped ]] || fail "$launcher: jumbo did not report a graceful stop on SIGUSR1"
+  ((stopped < steps)) || fail "$launcher: stopped only at the last step"
+  grep -q "jumbo-slurm: got SIGUSR1: forwarding SIGUSR1 to $launcher" "$log" ||
+    fail "$launcher: no forwarding line"
+  grep -q "jumbo-slurm: jumbo train exited 75" "$log" || fail "$launcher: jumbo did not exit 75"
+  grep -q "jumbo-slurm: requeued because jumbo stopped gracefully (exit 75 after SIGUSR1)" "$log" ||
+    fail "$launcher: no requeue line"
+  grep -q "jumbo-slurm: job $id (restart 1)" "$log" ||
+    fail "$launcher: the second run did not see SLURM_RESTART_COUNT=1"
+  grep -q "resumed from $tmp/fsx/checkpoints/$name/step_$(printf %08d "$stopped") (step $stopped" "$log" ||
+    fail "$launcher: did not resume from step $stopped"
+  grep -q "jumbo-slurm: not requeued because training finished (exit 0; restarts 1)" "$log" ||
+    fail "$launcher: no final line"
+  same_losses "$name" || fail "$launcher: signalled run"
+  grep "jumbo-slurm: \(got\|requeued\|not requeued\|jumbo train exited\)" "$log"
+  echo "ok: $launcher: signalled at step >= 20, stopped after step $stopped, requeued, resumed," \
+    "COMPLETED with the reference's losses in $((SECONDS - t0)) s"
+}
+graceful_case srun signalled
+graceful_case mpirun signalled-mpirun
+
+# 2. A rank killed: the job must end (not hang), requeue as a failure and finish.
+t0=$SECONDS
+id=$(submit killed) || fail "sbatch"
+log=$tmp/logs/j1-jumbo-$id.out
+wait_step killed 150 60
+# A rank: a jumbo process of the job's training step (not the batch step), the last one.
+victim=$(scontrol listpids "$id" 2>/dev/null | awk 'NR > 1 && $3 != "batch" && $3 != "-" {print $1}' |
+  while read -r pid; do [[ $(ps -o comm= -p "$pid" 2>/dev/null) == jumbo ]] && echo "$pid"; done |
+  sort -n | tail -1)
+[[ -n $victim ]] || { scontrol listpids "$id"; fail "no rank process of job $id"; }
+kill -KILL "$victim"
+killed_at=$SECONDS
+deadline=$((SECONDS + 60))
+until [[ $(job_field "$id" Restarts) == 1 ]]; do
+  ((SECONDS < deadline)) || fail "job $id not requeued 60 s after rank pid $victim was killed"
+  sleep 0.2
+done
+echo "ok: requeued $((SECONDS - killed_at)) s after the kill"
+wait_job "$id" COMPLETED 150 || fail "killed job"
+[[ $(job_field "$id" ExitCode) == 0:0 ]] || fail "killed job: ExitCode $(job_field "$id" ExitCode)"
+grep -q "jumbo-slurm: requeued because jumbo train failed (exit [0-9]*): failure 1 of at most JUMBO_MAX_RESTARTS=3" "$log" ||
+  fail "no failure requeue line"
+grep -q "^job=$id restart=0 exit=[0-9]* reason=failure" "$tmp/fsx/runs/killed/requeues.log" ||
+  fail "no failure in the requeue ledger"
+grep -q "resumed from $tmp/fsx/checkpoints/killed/step_" "$log" || fail "did not resume"
+grep -q "jumbo-slurm: not requeued because training finished (exit 0; restarts 1)" "$log" ||
+  fail "no final line"
+same_losses killed || fail "killed run"
+grep "jumbo-slurm: \(requeued\|not requeued\|jumbo train exited\)\|resumed from" "$log"
+echo "ok: rank killed, job requeued and resumed, COMPLETED with the reference's losses in" \
+  "$((SECONDS - t0)) s"
