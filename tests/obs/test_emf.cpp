@@ -26,6 +26,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/obs/emf.h"
 #include "jumbo/obs/metrics.h"
+#include "obs_test_support.h"
 
 namespace fs = std::filesystem;
 using jumbo::StepMetrics;
@@ -33,23 +34,8 @@ using nlohmann::json;
 
 namespace {
 
-StepMetrics sample_metrics() {
-  StepMetrics m;
-  m.step = 12;
-  m.total_steps = 200;
-  m.loss = 5.1234;
-  m.lr = 3e-4;
-  m.grad_norm = 0.85;
-  m.global_batch = 32;
-  m.tokens = 12 * 32 * 256;
-  m.tokens_per_s = 12345.0;
-  m.tflops_per_device = 0.1034;
-  m.mfu = 0.512;
-  m.step_time_s = 0.6636;
-  m.mem_peak_bytes = uint64_t(1288490189);
-  m.eta_s = 192.0;
-  return m;
-}
+using jumbo::testing::sample_metrics;
+
 
 const std::set<std::string> kCloudWatchUnits = {
     "Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes",
@@ -161,17 +147,14 @@ TEST(EmfNames, LayoutAndRunName) {
 
 namespace {
 
-class EmfScratch : public ::testing::Test {
+class EmfScratch : public jumbo::testing::ScratchDirTest {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(JUMBO_BINARY_DIR) / "test-scratch" / "obs" /
-           (std::string(info->name()) + "-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    ScratchDirTest::SetUp();
     log_.emf_namespace = "test-ns";
   }
   void TearDown() override {
-    fs::remove_all(dir_);
+    ScratchDirTest::TearDown();
     for (int fd : fds_) close(fd);
   }
   // A socket on 127.0.0.1 with an ephemeral port; `listening` only for TCP.
@@ -218,7 +201,6 @@ class EmfScratch : public ::testing::Test {
     }
     return lines;
   }
-  fs::path dir_;
   jumbo::LogConfig log_;
   std::vector<int> fds_;
 };

@@ -12,42 +12,17 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/obs/metrics.h"
+#include "obs_test_support.h"
 
 namespace fs = std::filesystem;
 using jumbo::StepMetrics;
 
 namespace {
 
-StepMetrics sample_metrics() {
-  StepMetrics m;
-  m.step = 12;
-  m.total_steps = 200;
-  m.loss = 5.1234;
-  m.lr = 3e-4;
-  m.grad_norm = 0.85;
-  m.global_batch = 32;
-  m.tokens = 12 * 32 * 256;
-  m.tokens_per_s = 12345.0;
-  m.tflops_per_device = 0.1034;
-  m.mfu = 0.512;
-  m.step_time_s = 0.6636;
-  m.mem_peak_bytes = uint64_t(1288490189);  // 1.2 GiB
-  m.eta_s = 192.0;
-  return m;
-}
+using jumbo::testing::sample_metrics;
 
 // A fresh directory under the build tree per test, removed afterwards.
-class MetricsFile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(JUMBO_BINARY_DIR) / "test-scratch" / "obs" /
-           (std::string(info->name()) + "-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class MetricsFile : public jumbo::testing::ScratchDirTest {};
 
 std::vector<std::string> read_lines(const fs::path& path) {
   std::ifstream in(path);

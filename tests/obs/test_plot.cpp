@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "obs_test_support.h"
+
 #include "jumbo/config/config.h"
 #include "jumbo/obs/metrics.h"
 #include "jumbo/obs/plot.h"
@@ -116,16 +118,12 @@ std::vector<std::pair<double, double>> points_of(const std::string& svg, const s
   return pts;
 }
 
-class PlotFiles : public ::testing::Test {
+class PlotFiles : public jumbo::testing::ScratchDirTest {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(JUMBO_BINARY_DIR) / "test-scratch" / "obs" /
-           (std::string(info->name()) + "-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    ScratchDirTest::SetUp();
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Run 1: steps 1-8, step 3 diverged (null loss), eval at 4 and 8. Run 2 resumed from the
   // step-6 checkpoint: steps 7-12 again, eval at 8 and 12. 12 steps, 11 finite, 3 evals.
@@ -158,7 +156,6 @@ class PlotFiles : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
 };
 
 }  // namespace
