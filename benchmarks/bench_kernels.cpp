@@ -121,7 +121,7 @@ void BM_attention_bwd(benchmark::State& state, DType dt) {
   Tensor dprobs = arena.alloc(DType::f32, {kB, kH, kT, kT});
   randomize(qkv, 1.f, 1), randomize(dout, 1e-3f, 2);
   backend().attention_fwd(out, probs, qkv);
-  run_timed(state, [&] { backend().attention_bwd(dqkv, dprobs, dout, qkv, probs); });
+  run_timed(state, [&] { backend().attention_bwd(dqkv, dprobs, dout, qkv, out, probs); });
   report_flops(state, 2.0 * kAttentionFwdFlops);
 }
 

@@ -18,18 +18,42 @@ Arena::Arena(size_t capacity, std::string name) : capacity_(capacity), name_(std
   }
 }
 
-Arena::~Arena() { std::free(base_); }
+Arena::Arena(void* base, size_t capacity, std::string name, Device device, void (*release)(void*))
+    : base_(static_cast<char*>(base)),
+      release_(release),
+      device_(device),
+      capacity_(capacity),
+      name_(std::move(name)) {
+  if (!base_) throw std::bad_alloc();
+}
+
+void Arena::reset() {
+  if (base_) {
+    if (release_) {
+      release_(base_);
+    } else {
+      std::free(base_);
+    }
+  }
+  base_ = nullptr;
+}
+
+Arena::~Arena() { reset(); }
 
 Arena::Arena(Arena&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
+      release_(std::exchange(o.release_, nullptr)),
+      device_(o.device_),
       capacity_(std::exchange(o.capacity_, 0)),
       used_(std::exchange(o.used_, 0)),
       name_(std::move(o.name_)) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
-    std::free(base_);
+    reset();
     base_ = std::exchange(o.base_, nullptr);
+    release_ = std::exchange(o.release_, nullptr);
+    device_ = o.device_;
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
     name_ = std::move(o.name_);
@@ -50,7 +74,7 @@ void* Arena::alloc_bytes(size_t bytes) {
 }
 
 Tensor Arena::alloc(DType dtype, std::initializer_list<int64_t> dims) {
-  Tensor t(nullptr, dtype, dims);
+  Tensor t(nullptr, dtype, dims, device_);
   t.data = alloc_bytes(t.bytes());
   return t;
 }

@@ -159,6 +159,7 @@ void GptModel::layout_activations(Arena& arena) {
   const DType f32 = DType::f32;
   const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
   const int64_t c_local = c / tp_size_, sp = seq_part_, np = b * sp;
+  const int64_t stats_cols = backend_.attention_stats_cols(s);  // T x T probs on the CPU
   // A sequence-spanning tensor, or the part tensor itself without SP.
   auto full_of = [&](Tensor part) { return sp_ ? arena.alloc(t, {b, s, c}) : part; };
   // One full set of layer tensors: the shared set under recomputation, else the per-slot ones.
@@ -170,7 +171,7 @@ void GptModel::layout_activations(Arena& arena) {
     la.qkv = arena.alloc(t, {b, s, 3 * c_local});
     if (core_attention) {
       la.atty = arena.alloc(t, {b, s, c_local});
-      la.probs = arena.alloc(f32, {b, heads_local_, s, s});
+      la.probs = arena.alloc(f32, {b, heads_local_, s, stats_cols});
     }
     la.residual2 = arena.alloc(t, {b, sp, c});
     la.ln2 = arena.alloc(t, {b, sp, c});
@@ -185,7 +186,7 @@ void GptModel::layout_activations(Arena& arena) {
   if (opts_.num_layers > 0 && opts_.recompute == Recompute::full) alloc_layer(recomputed_, true);
   if (opts_.num_layers > 0 && opts_.recompute == Recompute::selective) {
     recomputed_.atty = arena.alloc(t, {b, s, c_local});
-    recomputed_.probs = arena.alloc(f32, {b, heads_local_, s, s});
+    recomputed_.probs = arena.alloc(f32, {b, heads_local_, s, stats_cols});
   }
   slots_.assign(opts_.slots, Slot{});
   for (Slot& slot : slots_) {
@@ -226,7 +227,7 @@ void GptModel::layout_activations(Arena& arena) {
   dqkv_ = arena.alloc(t, {b, s, 3 * c_local});
   dfch_ = arena.alloc(t, {b, s, ffn_local_});
   dfch_gelu_ = arena.alloc(t, {b, s, ffn_local_});
-  dprobs_ = arena.alloc(f32, {b, heads_local_, s, s});
+  dprobs_ = arena.alloc(f32, {b, heads_local_, s, stats_cols});
 }
 
 Tensor GptModel::output(int slot) {
@@ -249,8 +250,7 @@ void GptModel::block_forward(LayerActs& a, const LayerParams& p, Tensor input) {
   backend_.layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W(p.ln2_w), W(p.ln2_b),
                          opts_.layernorm_eps);
   gather_sequence(a.ln2, a.ln2_full);
-  backend_.linear_fwd(a.fch, a.ln2_full, W(p.fc1_w), W(p.fc1_b));
-  backend_.gelu_fwd(a.fch_gelu, a.fch);
+  backend_.linear_gelu_fwd(a.fch_gelu, a.fch, a.ln2_full, W(p.fc1_w), W(p.fc1_b));
   backend_.linear_fwd(proj_out_, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
   reduce_to_part(proj_out_, proj_part_);
   backend_.add(a.residual3, a.residual2, proj_part_);
@@ -318,7 +318,7 @@ void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) 
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
   gather_sequence(dres, dres_full_);
   backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w), false);
-  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.probs);
+  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs);
   backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w), false);
   reduce_to_part(dln_, dln_part_);
   backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, input, W(p.ln1_w), a.ln1_mean,

@@ -182,7 +182,7 @@ TEST_P(LayerKernels, AttentionForwardAndBackward) {
     const Vec probs32 = round_to(DType::f32, want_probs);
     Tensor dqkv = kb.poisoned(dt(), {s.B, s.T, s.H * 3 * s.D});
     Tensor dprobs = kb.poisoned(DType::f32, {s.B, s.H, s.T, s.T});
-    kb.be().attention_bwd(dqkv, dprobs, kb.upload(dt(), {s.B, s.T, s.H, s.D}, dout), t_qkv,
+    kb.be().attention_bwd(dqkv, dprobs, kb.upload(dt(), {s.B, s.T, s.H, s.D}, dout), t_qkv, out,
                           kb.upload(DType::f32, {s.B, s.H, s.T, s.T}, probs32));
     EXPECT_TRUE(close(kb.download(dqkv), ref::attention_bwd(dout, qkv, probs32, s), tol(),
                       tag("attention_bwd dqkv")));

@@ -15,7 +15,10 @@ class Arena {
  public:
   static constexpr size_t kAlign = 64;
   Arena() = default;                    // counting arena: records sizes, hands out null
-  explicit Arena(size_t capacity, std::string name);
+  explicit Arena(size_t capacity, std::string name);  // host memory
+  // Memory a backend allocated (device memory: cudaMalloc); `release` frees it with the arena.
+  // Tensors handed out carry `device`.
+  Arena(void* base, size_t capacity, std::string name, Device device, void (*release)(void*));
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -30,7 +33,11 @@ class Arena {
   const std::string& name() const { return name_; }
 
  private:
+  void reset();
+
   char* base_ = nullptr;
+  void (*release_)(void*) = nullptr;  // nullptr: std::free
+  Device device_ = Device::cpu;
   size_t capacity_ = 0;
   size_t used_ = 0;
   std::string name_ = "counting";

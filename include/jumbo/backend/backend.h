@@ -72,14 +72,25 @@ class Backend {
   virtual void linear_bwd(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                           Tensor weight, bool accumulate_din) = 0;
 
+  // out = gelu(in @ weight^T + bias), keeping the pre-activation in `pre` (its backward needs
+  // it). A GPU fuses both into the GEMM's epilogue; this default runs them one after another.
+  virtual void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor weight, Tensor bias) {
+    linear_fwd(pre, in, weight, bias);
+    gelu_fwd(out, pre);
+  }
+
   // ---- causal self-attention ----
   // qkv is a 3-d tensor [B, T, H*3*D] laid out per head as (q, k, v), each D wide; the head
-  // count H comes from probs (f32 [B,H,T,T], saved for the backward; zero above the diagonal).
+  // count H comes from stats, f32 [B, H, T, attention_stats_cols(T)], what the forward saves
+  // for the backward: the CPU reference keeps the probabilities (T columns, zero above the
+  // diagonal), flash attention one log-sum-exp per row (1 column).
   // out[B,T,H*D] = softmax(q k^T / sqrt(D), causal) v.
-  virtual void attention_fwd(Tensor out, Tensor probs, Tensor qkv) = 0;
-  // dqkv (same layout as qkv) = ...; dprobs (f32 [B,H,T,T]) is scratch.
-  virtual void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv,
-                             Tensor probs) = 0;
+  virtual int64_t attention_stats_cols(int64_t seq) const { return seq; }
+  virtual void attention_fwd(Tensor out, Tensor stats, Tensor qkv) = 0;
+  // dqkv (same layout as qkv) = ...; out is the forward's output (flash attention's
+  // backward needs rowsum(dout * out)); dstats (the shape of stats) is scratch.
+  virtual void attention_bwd(Tensor dqkv, Tensor dstats, Tensor dout, Tensor qkv, Tensor out,
+                             Tensor stats) = 0;
 
   // ---- elementwise ----
   virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // tanh approximation
@@ -118,5 +129,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend on GPU `device` (the local rank). In a build without -DJUMBO_CUDA=ON it
+// throws UserError saying so; without a usable GPU, UserError naming the CUDA error.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// Whether this binary has the CUDA backend, and how many GPUs the driver shows (0 if none).
+bool cuda_backend_built();
+int cuda_device_count();
 
 }  // namespace jumbo

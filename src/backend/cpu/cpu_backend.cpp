@@ -60,7 +60,8 @@ class CpuBackend final : public Backend {
   void attention_fwd(Tensor out, Tensor probs, Tensor qkv) override {
     cpu::attention_fwd(out, probs, qkv);
   }
-  void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs) override {
+  void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor /*out*/,
+                     Tensor probs) override {
     cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs);
   }
   void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
