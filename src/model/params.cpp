@@ -1,6 +1,7 @@
 #include "jumbo/model/params.h"
 
 #include <stdexcept>
+#include <vector>
 
 namespace jumbo {
 
@@ -19,6 +20,7 @@ void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multipl
   const size_t f32_bytes = static_cast<size_t>(total_) * 4;
   const bool separate_copy = compute_dtype != DType::f32;
   const size_t copy_bytes = separate_copy ? static_cast<size_t>(total_) * dtype_size(compute_dtype) : 0;
+  device_ = backend.device();
   arena_ = backend.make_arena(2 * f32_bytes + copy_bytes + 3 * Arena::kAlign, "params");
   master_ = arena_.alloc_bytes(f32_bytes);
   grads_ = arena_.alloc_bytes(f32_bytes);
@@ -33,8 +35,14 @@ void ParamStore::initialize(Backend& backend, uint64_t seed) {
     Tensor m = master(static_cast<int>(i));
     switch (p.init) {
       case InitKind::normal:
-        // Generated on the host side of the backend (host memory on CPU).
-        init_normal_slice(m.as<float>(), seed, p.name, p.slice, p.init_std);
+        if (m.device == Device::cpu) {
+          init_normal_slice(m.as<float>(), seed, p.name, p.slice, p.init_std);
+        } else {  // generated on the host, one tensor at a time, then uploaded
+          std::vector<float> host(static_cast<size_t>(m.numel()));
+          init_normal_slice(host.data(), seed, p.name, p.slice, p.init_std);
+          backend.from_host(m, host.data());
+          backend.synchronize();  // `host` is freed next
+        }
         break;
       case InitKind::ones: backend.fill(m, 1.0f); break;
       case InitKind::zeros: backend.fill(m, 0.0f); break;
@@ -47,13 +55,13 @@ void ParamStore::refresh_compute_copy(Backend& backend) {
   if (compute_ != master_) backend.copy(all_compute(), all_master());
 }
 
-Tensor ParamStore::flat(void* base, DType t) const { return Tensor(base, t, {total_}); }
+Tensor ParamStore::flat(void* base, DType t) const { return Tensor(base, t, {total_}, device_); }
 
 Tensor ParamStore::shaped(void* base, DType t, int i) const {
   const ParamInfo& p = params_[i];
   char* data = static_cast<char*>(base) + p.flat_offset * static_cast<int64_t>(dtype_size(t));
-  if (p.slice.shape.size() == 1) return Tensor(data, t, {p.slice.shape[0]});
-  return Tensor(data, t, {p.slice.shape[0], p.slice.shape[1]});
+  if (p.slice.shape.size() == 1) return Tensor(data, t, {p.slice.shape[0]}, device_);
+  return Tensor(data, t, {p.slice.shape[0], p.slice.shape[1]}, device_);
 }
 
 Tensor ParamStore::master(int i) const { return shaped(master_, DType::f32, i); }

@@ -41,6 +41,9 @@ class Backend {
   // dst = src element by element; numel must match; converts between f32 and bf16.
   virtual void copy(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
+  // The queue device work runs on, for communicators that must order against it (a
+  // cudaStream_t for CUDA); nullptr on the CPU, where every call completes before returning.
+  virtual void* stream() { return nullptr; }
   // Treat denormal floats as zero (like torch.set_flush_denormal). Denormal results — tiny
   // Adam second moments, vanishing gradients — cost ~100x per operation on x86 and made later
   // CPU training steps several times slower than the first. The trainer turns it on for its

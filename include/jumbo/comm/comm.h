@@ -43,6 +43,11 @@ class Comm {
   virtual CommRequest isend(Tensor t, int peer, int tag) = 0;
   virtual CommRequest irecv(Tensor t, int peer, int tag) = 0;
   virtual void wait(CommRequest& r) = 0;
+  // Brackets point-to-point operations that must start together (a pipeline stage's send to
+  // the next stage and receive from it): NCCL fuses them so two ranks sending to each other
+  // cannot deadlock. MPI's non-blocking operations need nothing.
+  virtual void group_start() {}
+  virtual void group_end() {}
   virtual void barrier() = 0;
   virtual double all_reduce_scalar(double value, ReduceOp op) = 0;
   // Small control messages (checkpoint manifests), not tensors: `root` receives every rank's

@@ -61,6 +61,7 @@ class ParamStore {
   std::vector<ParamInfo> params_;
   int64_t total_ = 0;
   Arena arena_;
+  Device device_ = Device::cpu;  // where the flat buffers live (the backend's device)
   void* master_ = nullptr;
   void* grads_ = nullptr;
   void* compute_ = nullptr;
