@@ -52,9 +52,11 @@ double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro
 }
 
 // One stage of a pipeline: the schedule's ops in order (1F1B or interleaved), activations and
-// their gradients over non-blocking point-to-point. Receives are waited at once; sends only
-// before their buffer is reused, which keeps every wait behind its matching receive in the
-// schedule's dependency order (no cycle, so no deadlock).
+// their gradients over non-blocking point-to-point. Each op's send is posted in one group with
+// the next op's receive (Megatron's send_forward_recv_backward and the like): NCCL runs a group
+// as one operation, so two stages sending to each other cannot deadlock; for MPI the group is
+// nothing. Receives are waited before their op; sends only before their buffer is reused,
+// which keeps every wait behind its matching receive in the schedule's dependency order.
 double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale, int32_t* tokens,
                     int32_t* targets, const StepGroups& g, SequencePartialGrads& partial) {
   Comm& pp = *g.pp;
@@ -66,40 +68,54 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
   for (const PipeOp& op : ops) backwards_left += op.kind == PipeOp::backward;
   // Tag of the message leaving virtual stage `from` for microbatch k in direction dir.
   auto tag = [&](int k, int from, int dir) { return 2 * (k * virtual_total + from) + dir; };
-  double loss_sum = 0;
-  for (const PipeOp& op : ops) {
+  // Op k's activation slot (a forward takes a free one) and its receive, if any.
+  auto post_receive = [&](size_t k) -> CommRequest {
+    const PipeOp& op = ops[k];
     const PipeOpComm c = pipeline_op_comm(op, stages, stage, v);
     int& slot = st.slot_of[op.microbatch * v + op.chunk];
     if (op.kind == PipeOp::forward) {
       slot = st.free_slots.back();
       st.free_slots.pop_back();
+    }
+    if (c.recv_from_rank < 0) return {};
+    if (op.kind == PipeOp::forward)
+      return pp.irecv(model.input(slot), c.recv_from_rank, tag(op.microbatch, c.virtual_stage - 1, 0));
+    return pp.irecv(model.grad_output(), c.recv_from_rank, tag(op.microbatch, c.virtual_stage + 1, 1));
+  };
+  double loss_sum = 0;
+  CommRequest received;
+  if (!ops.empty()) {
+    pp.group_start();
+    received = post_receive(0);
+    pp.group_end();
+  }
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const PipeOp& op = ops[k];
+    const PipeOpComm c = pipeline_op_comm(op, stages, stage, v);
+    const int slot = st.slot_of[op.microbatch * v + op.chunk];
+    pp.wait(received);
+    if (op.kind == PipeOp::forward) {
       if (c.reads_tokens || c.computes_loss) source.next(tokens, targets);
-      if (c.recv_from_rank >= 0) {
-        CommRequest r = pp.irecv(model.input(slot), c.recv_from_rank,
-                                 tag(op.microbatch, c.virtual_stage - 1, 0));
-        pp.wait(r);
-      }
       loss_sum += model.forward(slot, op.chunk, tokens, targets);
-      if (c.send_to_rank >= 0) {
-        st.fwd_sent[slot] = pp.isend(model.output(slot), c.send_to_rank,
-                                     tag(op.microbatch, c.virtual_stage, 0));
-      }
     } else {
-      if (c.recv_from_rank >= 0) {
-        CommRequest r = pp.irecv(model.grad_output(), c.recv_from_rank,
-                                 tag(op.microbatch, c.virtual_stage + 1, 1));
-        pp.wait(r);
-      }
       if (--backwards_left == 0) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
       pp.wait(st.bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
       model.backward(slot, op.chunk, loss_scale);
       pp.wait(st.fwd_sent[slot]);
-      if (c.send_to_rank >= 0) {
+    }
+    pp.group_start();
+    if (c.send_to_rank >= 0) {
+      if (op.kind == PipeOp::forward) {
+        st.fwd_sent[slot] = pp.isend(model.output(slot), c.send_to_rank,
+                                     tag(op.microbatch, c.virtual_stage, 0));
+      } else {
         st.bwd_sent[slot] = pp.isend(model.grad_input(slot), c.send_to_rank,
                                      tag(op.microbatch, c.virtual_stage, 1));
       }
-      st.free_slots.push_back(slot);
     }
+    if (op.kind == PipeOp::backward) st.free_slots.push_back(slot);
+    received = k + 1 < ops.size() ? post_receive(k + 1) : CommRequest{};
+    pp.group_end();
   }
   for (CommRequest& r : st.bwd_sent) pp.wait(r);
   for (CommRequest& r : st.fwd_sent) pp.wait(r);
