@@ -7,6 +7,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/obs/peak.h"
 #include "jumbo/train/bench.h"
+#include "jumbo/train/device.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -30,8 +31,10 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   train->add_option("--steps", args->opts.steps, "timed steps")->capture_default_str();
   train->add_option("--warmup", args->opts.warmup_steps, "untimed steps")->capture_default_str();
   train->add_option("--precision", args->precision, "fp32 or bf16")->capture_default_str();
-  train->add_option("--peak-tflops", args->opts.peak_tflops, "0 = measure this machine")
+  train->add_option("--peak-tflops", args->opts.peak_tflops,
+                    "0 = the GPU's bf16 peak, or measure this machine's fp32 peak")
       ->capture_default_str();
+  train->add_option("--device", args->opts.device, "cpu or cuda")->capture_default_str();
   train->callback([&run, args] {
     run = [args] {
       if (args->precision != "fp32" && args->precision != "bf16") {
@@ -44,7 +47,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       }
       args->opts.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
       ModelConfig m = load_model_config(args->model);
-      auto backend = make_cpu_backend();
+      auto backend = make_backend(args->opts.device);
       const TrainBenchResult r = bench_train(m, args->opts, *backend);
       fmt::print("{}\n", describe(r, m, args->opts));
       return 0;

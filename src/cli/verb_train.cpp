@@ -7,6 +7,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/embedded_demo.h"
+#include "jumbo/train/device.h"
 #include "jumbo/train/stop_signal.h"
 #include "jumbo/train/trainer.h"
 #include "verbs.h"
@@ -30,9 +31,9 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
               ? parse_run_config(kEmbeddedDemoToml, "<embedded inputs/runs/demo.toml>",
                                  args->overrides)
               : load_run_config(args->config, args->overrides);
-      auto backend = make_cpu_backend();
+      auto backend = make_backend(cfg.train.device);
       install_stop_signal_handlers();
-      Trainer trainer(cfg, *backend, mpi_world());
+      Trainer trainer(cfg, *backend, make_world_comm(*backend));
       const TrainSummary s = trainer.run();
       if (s.stop_signal != 0) return s.stop_saved ? kExitStoppedForRequeue : 128 + s.stop_signal;
       if (mpi_world()->rank() == 0) {

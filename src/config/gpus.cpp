@@ -20,6 +20,21 @@ const GpuSpec* find_gpu(std::string_view name) {
   return nullptr;
 }
 
+const GpuSpec* gpu_from_device_name(std::string_view device_name, uint64_t memory_bytes) {
+  // The family from the name, the variant from the memory (within 10%).
+  const char* family = device_name.find("A100") != std::string_view::npos   ? "a100"
+                       : device_name.find("H100") != std::string_view::npos ? "h100"
+                       : device_name.find("H200") != std::string_view::npos ? "h200"
+                                                                            : nullptr;
+  if (!family) return nullptr;
+  for (const GpuSpec& g : known_gpus()) {
+    if (g.name.rfind(family, 0) != 0) continue;
+    const double ratio = static_cast<double>(memory_bytes) / static_cast<double>(g.memory_bytes);
+    if (ratio > 0.9 && ratio < 1.1) return &g;
+  }
+  return nullptr;
+}
+
 std::string known_gpu_names() {
   std::string out;
   for (const GpuSpec& g : known_gpus()) {

@@ -76,7 +76,7 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, beta1), JUMBO_FIELD(train, beta2), JUMBO_FIELD(train, eps),
         JUMBO_FIELD(train, grad_clip), JUMBO_FIELD(train, seed), JUMBO_FIELD(train, precision),
         JUMBO_FIELD(train, eval_every), JUMBO_FIELD(train, eval_batches),
-        JUMBO_FIELD(train, threads), JUMBO_FIELD(train, gpu)}},
+        JUMBO_FIELD(train, threads), JUMBO_FIELD(train, device), JUMBO_FIELD(train, gpu)}},
       {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
       {"checkpoint",
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),

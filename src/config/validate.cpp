@@ -120,6 +120,8 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
 }
 
 void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
+  c.require(cfg.train.device == "cpu" || cfg.train.device == "cuda",
+            "train.device = \"{}\": expected \"cpu\" or \"cuda\"", cfg.train.device);
   c.require(cfg.train.gpu.empty() || find_gpu(cfg.train.gpu) != nullptr,
             "train.gpu = \"{}\": expected one of {} (or \"\" for none)", cfg.train.gpu,
             known_gpu_names());

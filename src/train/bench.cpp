@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "jumbo/comm/comm.h"
+#include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/model/init.h"
@@ -54,7 +55,18 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   const int64_t batch_tokens = opts.micro_batch * opts.micro_steps * opts.seq;
 
   TrainBenchResult r;
-  r.peak_tflops = opts.peak_tflops > 0 ? opts.peak_tflops : measure_fp32_peak_gflops(0.5) / 1e3;
+  if (opts.peak_tflops > 0) {
+    r.peak_tflops = opts.peak_tflops;
+  } else if (backend.device() == Device::cuda) {
+    const GpuSpec* gpu = gpu_from_device_name(backend.name(), backend.device_memory().total);
+    if (!gpu) {
+      throw UserError(fmt::format("bench train: {} is not a GPU jumbo knows the peak of: give "
+                                  "--peak-tflops", backend.name()));
+    }
+    r.peak_tflops = gpu->bf16_tflops;
+  } else {
+    r.peak_tflops = measure_fp32_peak_gflops(0.5) / 1e3;
+  }
   std::vector<double> times;
   backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
@@ -89,7 +101,7 @@ std::string describe(const TrainBenchResult& r, const ModelConfig& m,
       m.name, static_cast<double>(r.parameters) / 1e6, o.micro_batch, o.seq, o.micro_steps,
       to_string(o.precision), r.step_time_s, o.steps, r.tokens_per_s, r.flops_per_step / 1e9,
       kModelFlopsFormula, r.model_tflops * 1e3, r.peak_tflops * 1e3,
-      o.peak_tflops > 0 ? "given" : "measured fp32 FMA peak", r.mfu * 100, r.loss_first,
+      o.peak_tflops > 0 ? "given" : o.device == "cuda" ? "the GPU's bf16 dense peak" : "measured fp32 FMA peak", r.mfu * 100, r.loss_first,
       r.loss_last);
 }
 

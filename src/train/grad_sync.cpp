@@ -43,8 +43,10 @@ GradSync::GradSync(ParamStore& params, Backend& backend, Comm& dp, int64_t bucke
   const int64_t n = dp.size();
   int64_t local = 0;
   for (const auto& [begin, end] : dp_buckets(params.total_numel(), n, bucket_elems)) {
-    buckets_.push_back({begin, end});
-    buckets_.back().owned_local = local;
+    Bucket& b = buckets_.emplace_back();
+    b.begin = begin;
+    b.end = end;
+    b.owned_local = local;
     if (zero1_) local += (end - begin) / n;
   }
   next_ = buckets_.size();

@@ -140,6 +140,14 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                                     emf_layout(grid_.tp_size(), grid_.pp_size(), grid_.dp_size()));
   }
   const GpuSpec* gpu = cfg_.train.gpu.empty() ? nullptr : find_gpu(cfg_.train.gpu);
+  if (!gpu && backend_.device() == Device::cuda && cfg_.log.peak_tflops <= 0) {
+    gpu = gpu_from_device_name(backend_.name(), backend_.device_memory().total);
+    if (!gpu) {
+      throw UserError(fmt::format("{}: {} is not a GPU jumbo knows the peak of: set train.gpu "
+                                  "(one of {}) or log.peak_tflops",
+                                  cfg_.source, backend_.name(), known_gpu_names()));
+    }
+  }
   peak_tflops_ = cfg_.log.peak_tflops > 0 ? cfg_.log.peak_tflops
                  : gpu                    ? gpu->bf16_tflops
                                           : measure_fp32_peak_gflops(0.3) / 1000.0;
@@ -162,7 +170,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                     human_bytes(static_cast<double>(optimizer_->state_bytes()), 1),
                     human_bytes(static_cast<double>(model_->activation_bytes()), 1), peak_tflops_,
                     cfg_.log.peak_tflops > 0 ? "log.peak_tflops"
-                    : gpu                    ? "train.gpu bf16"
+                    : gpu                    ? "GPU bf16"
                                              : "measured fp32"));
   if (pp > 1) {
     std::string split;
@@ -188,6 +196,8 @@ void Trainer::check_planned_memory() {
   const PlanLayout layout = plan_layout_of(cfg_, grid_.dp_size());
   planned_cpu_bytes_ =
       estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::cpu)).total();
+  planned_gpu_bytes_ =
+      estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::gpu)).total();
   if (cfg_.train.gpu.empty()) return;
   const GpuSpec& gpu = *find_gpu(cfg_.train.gpu);  // validate() checked the name
   const MemoryEstimate e =
@@ -229,9 +239,33 @@ bool Trainer::writes_checkpoint() const {
 
 std::vector<PieceData> Trainer::checkpoint_pieces(bool for_saving) {
   ParamStore& ps = model_->params();
+  const std::array<Tensor, 3> state = {ps.all_master(), optimizer_->exp_avg(),
+                                       optimizer_->exp_avg_sq()};
+  std::array<float*, 3> host{};
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device == Device::cpu) {
+      host[i] = state[i].as<float>();
+      continue;
+    }
+    // Device state goes through host copies (kept between saves). A load writes only its
+    // pieces' ranges, so the copy starts from the current state either way.
+    staged_state_[i].resize(static_cast<size_t>(state[i].numel()));
+    backend_.to_host(staged_state_[i].data(), state[i]);
+    host[i] = staged_state_[i].data();
+  }
   return optimizer_state_pieces(ps, grad_sync_ ? grad_sync_->ranges() : all_param_ranges(ps),
-                                ps.all_master().as<float>(), optimizer_->exp_avg().as<float>(),
-                                optimizer_->exp_avg_sq().as<float>(), for_saving);
+                                host[0], host[1], host[2], for_saving);
+}
+
+void Trainer::upload_staged_state() {
+  ParamStore& ps = model_->params();
+  const std::array<Tensor, 3> state = {ps.all_master(), optimizer_->exp_avg(),
+                                       optimizer_->exp_avg_sq()};
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device == Device::cpu) continue;
+    backend_.from_host(state[i], staged_state_[i].data());
+  }
+  backend_.synchronize();
 }
 
 void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
@@ -259,6 +293,7 @@ void Trainer::resume_from_checkpoint() {
   const bool reader = writes_checkpoint();
   const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(false), reader);
   if (!m) return;
+  upload_staged_state();
   ParamStore& ps = model_->params();
   if (grad_sync_ && !grad_sync_->zero1()) {
     // dp rank 0 read the state; its replicas receive it over the data-parallel group.
@@ -417,12 +452,17 @@ TrainSummary Trainer::run() {
     }
   }
   if (checkpointer_) checkpointer_->wait();
-  summary.planned_bytes = planned_cpu_bytes_;
-  summary.measured_peak_bytes = static_cast<uint64_t>(world_->all_reduce_scalar(
-      static_cast<double>(peak_rss_bytes()), ReduceOp::max));
-  print(fmt::format("memory per rank: planned {} (fullest stage, docs/plan.md), measured peak {} "
+  // On a GPU: device memory in use (arenas are allocated once, so this is the peak) against
+  // the plan's GPU model; on the CPU: the peak resident set against its CPU model.
+  const bool on_gpu = backend_.device() == Device::cuda;
+  summary.planned_bytes = on_gpu ? planned_gpu_bytes_ : planned_cpu_bytes_;
+  const double measured = on_gpu ? static_cast<double>(backend_.device_memory().used)
+                                 : static_cast<double>(peak_rss_bytes());
+  summary.measured_peak_bytes =
+      static_cast<uint64_t>(world_->all_reduce_scalar(measured, ReduceOp::max));
+  print(fmt::format("memory per rank: planned {} (fullest stage, docs/plan.md), measured {} {} "
                     "(largest over ranks): {:+.1f}%",
-                    human_bytes(summary.planned_bytes, 2),
+                    human_bytes(summary.planned_bytes, 2), on_gpu ? "device memory" : "peak",
                     human_bytes(static_cast<double>(summary.measured_peak_bytes), 2),
                     100.0 * (static_cast<double>(summary.measured_peak_bytes) /
                                  summary.planned_bytes - 1.0)));

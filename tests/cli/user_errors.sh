@@ -59,6 +59,9 @@ expect_error missing-preset "missing.toml" "cannot open" -- info --model "$tmp/m
 expect_error bad-precision "bf17" -- bench train --model inputs/models/tiny.toml --precision bf17
 
 expect_error unknown-gpu "train.gpu" "v100" "a100-40gb" -- train --set train.gpu=v100
+expect_error unknown-device "train.device" "tpu" -- train --set train.device=tpu
+# This build has no CUDA backend (the CUDA build's gpu tests cover that one).
+expect_error cuda-not-built "train.device" "-DJUMBO_CUDA=ON" -- train --set train.device=cuda
 expect_error bad-emf-address "log.emf_address" "tcp://HOST:PORT" -- \
   train --set log.emf_address=localhost:25888
 # J1-Jumbo on one A100: the start-of-run plan refuses it before allocating anything.

@@ -78,6 +78,7 @@ TEST_F(ShippedInputs, EveryPresetLoadsWithItsPublishedShape) {
       {"inputs/models/gpt2-124m.toml", 12, 768, 12, 3072, 50257, 1024},
       {"inputs/models/tiny.toml", 2, 64, 4, 256, 512, 32},
       {"inputs/models/demo-small.toml", 4, 256, 4, 1024, 4096, 128},
+      {"inputs/models/gpt-1.3b.toml", 24, 2048, 16, 8192, 50257, 2048},
   };
   std::set<std::string> checked;
   for (const PresetShape& s : shapes) {
@@ -114,6 +115,19 @@ TEST_F(ShippedInputs, JumboLayoutOfThePublishedRunValidates) {
   EXPECT_NO_THROW(validate(cfg, 2304));
   EXPECT_EQ(cfg.model.padded_vocab(8), 256000);  // already a multiple of 128 x 8
   EXPECT_THROW(validate(cfg, 2300), UserError);
+}
+
+TEST_F(ShippedInputs, ClusterRunConfigsValidateOnTheirNodeCounts) {
+  // slurm/train_jumbo.sh's default: 64 p4d nodes; train_large.sh's: 4 (8 GPUs each).
+  const RunConfig jumbo = load_run_config("inputs/runs/j1-jumbo.toml", {});
+  EXPECT_EQ(jumbo.model.name, "j1-jumbo");
+  EXPECT_EQ(jumbo.train.gpu, "a100-40gb");
+  EXPECT_EQ(jumbo.checkpoint.resume, "auto");
+  EXPECT_NO_THROW(validate(jumbo, 64 * 8));
+  EXPECT_NO_THROW(validate(jumbo, 128 * 8));
+  const RunConfig large = load_run_config("inputs/runs/j1-large.toml", {});
+  EXPECT_EQ(large.model.name, "j1-large");
+  EXPECT_NO_THROW(validate(large, 4 * 8));
 }
 
 }  // namespace

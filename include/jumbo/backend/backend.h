@@ -44,11 +44,16 @@ class Backend {
   // The queue device work runs on, for communicators that must order against it (a
   // cudaStream_t for CUDA); nullptr on the CPU, where every call completes before returning.
   virtual void* stream() { return nullptr; }
+  // Device memory in use now and in total (cudaMemGetInfo); {0, 0} for host memory.
+  struct MemoryInfo {
+    uint64_t used = 0, total = 0;
+  };
+  virtual MemoryInfo device_memory() const { return {}; }
   // Treat denormal floats as zero (like torch.set_flush_denormal). Denormal results — tiny
   // Adam second moments, vanishing gradients — cost ~100x per operation on x86 and made later
   // CPU training steps several times slower than the first. The trainer turns it on for its
   // step loop; kernels' exact semantics (tests) are without it.
-  virtual void set_flush_denormals(bool on) {}
+  virtual void set_flush_denormals(bool /*on*/) {}
 
   // ---- embeddings ----
   // out[N,C] = wte[token - vocab_start] for tokens in this rank's slice [vocab_start,

@@ -68,6 +68,9 @@ struct TrainConfig {
   int64_t eval_every = 0;          // steps between validation evaluations; 0 = never
   int64_t eval_batches = 8;        // microbatches per evaluation
   int64_t threads = 0;             // OpenMP threads; 0 = what OMP_NUM_THREADS / cores say
+  // "cpu" (the CPU backend, MPI) or "cuda" (the CUDA backend, NCCL; one rank per GPU, the
+  // local rank from the launcher). A CPU-only build refuses "cuda" with one line.
+  std::string device = "cpu";
   // The GPU this run is planned for (config/gpus.h): at start jumbo prints the layout's
   // estimated memory per GPU against its memory and refuses a layout that cannot fit; it
   // is also the peak for MFU unless log.peak_tflops is set. "" = none (a CPU run).

@@ -21,6 +21,9 @@ struct GpuSpec {
 const std::vector<GpuSpec>& known_gpus();
 // nullptr for an unknown name.
 const GpuSpec* find_gpu(std::string_view name);
+// The spec of a device the driver names ("NVIDIA H200", "NVIDIA A100-SXM4-40GB") with that
+// much memory; nullptr when none matches.
+const GpuSpec* gpu_from_device_name(std::string_view device_name, uint64_t memory_bytes);
 // "a100-40gb, a100-80gb, h100-80gb, h200-141gb", for error messages.
 std::string known_gpu_names();
 

@@ -17,7 +17,8 @@ struct TrainBenchOptions {
   int64_t warmup_steps = 1;
   int64_t steps = 3;
   Precision precision = Precision::fp32;
-  double peak_tflops = 0;   // 0: measure this machine's fp32 peak
+  double peak_tflops = 0;   // 0: the GPU's bf16 peak, or this machine's measured fp32 peak
+  std::string device = "cpu";  // for the report; the backend is the caller's
 };
 
 struct TrainBenchResult {

@@ -56,7 +56,7 @@ class GradSync {
 
  private:
   struct Bucket {
-    int64_t begin, end;
+    int64_t begin = 0, end = 0;
     int64_t owned_local = 0;  // ZeRO-1: where this bucket's owned shard sits in owned_grads_
     CommRequest request;
     bool launched = false;

@@ -1,5 +1,6 @@
 #pragma once
 // Trainer: the step loop. Owns the model, optimizer, data and metrics of one run.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -55,6 +56,7 @@ class Trainer {
   void collect_comm_bytes(StepMetrics& m);
   // This rank's optimizer state as checkpoint pieces, and whether it writes them.
   std::vector<PieceData> checkpoint_pieces(bool for_saving);
+  void upload_staged_state();  // after a load into the host copies of device state
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
@@ -86,7 +88,8 @@ class Trainer {
   std::unique_ptr<BatchRamp> ramp_;
   std::vector<int32_t> tokens_, targets_;
   double peak_tflops_ = 0;
-  double planned_cpu_bytes_ = 0;
+  double planned_cpu_bytes_ = 0, planned_gpu_bytes_ = 0;
+  std::array<std::vector<float>, 3> staged_state_;  // master, m, v (device runs, checkpoints)
   std::unique_ptr<Checkpointer> checkpointer_;
   // Where training stands (restored by a resume).
   int64_t step_ = 0, consumed_samples_ = 0, consumed_tokens_ = 0;

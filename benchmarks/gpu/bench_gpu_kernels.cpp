@@ -1,0 +1,137 @@
+// Every CUDA kernel at training shapes, against this GPU's ceilings measured in the same run:
+// memory bandwidth (a large device copy) and bf16 GEMM throughput (an 8192^3 linear). One
+// line per kernel: time, achieved GB/s or TFLOP/s, and the ratio to its ceiling. Through the
+// Backend interface only (no CUDA headers here). Run by benchmarks/gpu/check.sh.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "jumbo/backend/backend.h"
+
+namespace {
+
+using jumbo::Arena;
+using jumbo::Backend;
+using jumbo::DType;
+using jumbo::Tensor;
+
+// Median seconds of `repeats` runs of `f`, after two warm-ups.
+double time_it(Backend& be, const std::function<void()>& f, int repeats = 10) {
+  for (int i = 0; i < 2; ++i) f();
+  be.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    be.synchronize();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string kernel, shape;
+  double seconds, amount;  // bytes moved or FLOPs done
+  bool flops;
+};
+
+void print(const Row& r, double bw_ceiling, double flop_ceiling) {
+  const double rate = r.amount / r.seconds;
+  const double ceiling = r.flops ? flop_ceiling : bw_ceiling;
+  fmt::print("{:<22} {:<34} {:>9.3f} ms {:>9.1f} {:<7} {:>6.1f}% of {}\n", r.kernel, r.shape,
+             r.seconds * 1e3, r.flops ? rate / 1e12 : rate / 1e9, r.flops ? "TFLOP/s" : "GB/s",
+             100 * rate / ceiling, r.flops ? "GEMM ceiling" : "copy ceiling");
+}
+
+}  // namespace
+
+int main() {
+  if (jumbo::cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_gpu_kernels: no GPU (%s)\n",
+                 jumbo::cuda_backend_built() ? "the driver shows none" : "CPU-only build");
+    return 2;
+  }
+  auto be = jumbo::make_cuda_backend(0);
+  Backend& b = *be;
+  Arena arena = b.make_arena(size_t(12) << 30, "bench");
+  auto alloc = [&](DType t, std::initializer_list<int64_t> d) {
+    Tensor x = arena.alloc(t, d);
+    b.fill(x, 0.01f);
+    return x;
+  };
+  const DType bf = DType::bf16, f32 = DType::f32;
+  fmt::print("bench_gpu_kernels on {}\n", b.name());
+
+  // Ceilings. Bandwidth: a 1 GiB f32 copy reads and writes every byte.
+  const int64_t big = int64_t(1) << 28;
+  Tensor a = alloc(f32, {big}), c = alloc(f32, {big});
+  const double copy_s = time_it(b, [&] { b.copy(c, a); });
+  const double bw = 2.0 * 4 * big / copy_s;
+  Tensor gx = alloc(bf, {8192, 8192}), gw = alloc(bf, {8192, 8192}), gy = alloc(bf, {8192, 8192});
+  const double gemm_s = time_it(b, [&] { b.linear_fwd(gy, gx, gw, Tensor{}); });
+  const double peak = 2.0 * 8192.0 * 8192 * 8192 / gemm_s;
+  fmt::print("ceilings: device copy {:.0f} GB/s; bf16 GEMM 8192^3 {:.0f} TFLOP/s\n", bw / 1e9,
+             peak / 1e12);
+
+  std::vector<Row> rows;
+  // GPT-1.3B shapes: 4 x 2048 tokens, d_model 2048, ffn 8192, vocab 50304, head size 128.
+  const int64_t N = 8192, C = 2048, F = 8192, V = 50304;
+  Tensor x = alloc(bf, {N, C}), y = alloc(bf, {N, C}), h = alloc(bf, {N, F}), h2 = alloc(bf, {N, F});
+  Tensor w1 = alloc(bf, {F, C}), b1 = alloc(bf, {F}), dw1 = alloc(f32, {F, C}), db1 = alloc(f32, {F});
+  rows.push_back({"linear_fwd+bias", "N 8192 x 2048 -> 8192", time_it(b, [&] { b.linear_fwd(h, x, w1, b1); }),
+                  2.0 * N * C * F, true});
+  rows.push_back({"linear_gelu_fwd", "N 8192 x 2048 -> 8192",
+                  time_it(b, [&] { b.linear_gelu_fwd(h2, h, x, w1, b1); }), 2.0 * N * C * F, true});
+  rows.push_back({"linear_bwd", "N 8192 x 2048 -> 8192 (din, dW, db)",
+                  time_it(b, [&] { b.linear_bwd(y, dw1, db1, h, x, w1, false); }), 4.0 * N * C * F, true});
+  Tensor g = alloc(bf, {C}), be_ = alloc(bf, {C}), mean = alloc(f32, {N}), rstd = alloc(f32, {N});
+  Tensor dg = alloc(f32, {C}), dbe = alloc(f32, {C});
+  rows.push_back({"layernorm_fwd", "8192 x 2048", time_it(b, [&] { b.layernorm_fwd(y, mean, rstd, x, g, be_, 1e-5f); }),
+                  2.0 * 2 * N * C, false});
+  rows.push_back({"layernorm_bwd", "8192 x 2048", time_it(b, [&] { b.layernorm_bwd(y, dg, dbe, x, x, g, mean, rstd); }),
+                  4.0 * 2 * N * C, false});
+  rows.push_back({"gelu_fwd", "8192 x 8192", time_it(b, [&] { b.gelu_fwd(h2, h); }), 2.0 * 2 * N * F, false});
+  rows.push_back({"gelu_bwd", "8192 x 8192", time_it(b, [&] { b.gelu_bwd(h2, h2, h); }), 3.0 * 2 * N * F, false});
+  rows.push_back({"add (residual)", "8192 x 2048", time_it(b, [&] { b.add(y, x, x); }), 3.0 * 2 * N * C, false});
+  for (int64_t d : {64, 128, 144}) {
+    const int64_t heads = d == 144 ? 12 : C / d, B = 4, T = 2048;
+    Tensor qkv = alloc(bf, {B, T, heads * 3 * d}), out = alloc(bf, {B, T, heads * d});
+    Tensor lse = alloc(f32, {B, heads, T, b.attention_stats_cols(T)});
+    Tensor dqkv = alloc(bf, {B, T, heads * 3 * d}), delta = alloc(f32, {B, heads, T, 1});
+    const double flops = 2.0 * B * heads * T * T * d;  // causal: half of 4 B H T^2 D
+    const std::string shape = fmt::format("B 4 H {} T 2048 D {} causal", heads, d);
+    rows.push_back({fmt::format("flash_attn_fwd D{}", d), shape,
+                    time_it(b, [&] { b.attention_fwd(out, lse, qkv); }), flops, true});
+    rows.push_back({fmt::format("flash_attn_bwd D{}", d), shape,
+                    time_it(b, [&] { b.attention_bwd(dqkv, delta, out, qkv, out, lse); }), 2.5 * flops, true});
+  }
+  Tensor logits = alloc(bf, {N, V}), mx = alloc(f32, {N}), se = alloc(f32, {N});
+  Tensor targets = arena.alloc(DType::i32, {N});
+  b.fill(targets, 0.0f);
+  rows.push_back({"ce_local_max", "8192 x 50304", time_it(b, [&] { b.ce_local_max(mx, logits); }),
+                  2.0 * N * V, false});
+  rows.push_back({"ce_local_sumexp", "8192 x 50304", time_it(b, [&] { b.ce_local_sumexp(se, logits, mx); }),
+                  2.0 * N * V, false});
+  rows.push_back({"ce_bwd (in place)", "8192 x 50304",
+                  time_it(b, [&] { b.ce_bwd(logits, logits, mx, se, targets, 0, 1e-4f); }), 2.0 * 2 * N * V, false});
+  const int64_t P = 100'000'000;
+  Tensor master = alloc(f32, {P}), grad = alloc(f32, {P}), m = alloc(f32, {P}), v = alloc(f32, {P}),
+         copy = alloc(bf, {P});
+  jumbo::AdamWStep step;
+  step.lr = 1e-4f;
+  step.weight_decay = 0.1f;
+  rows.push_back({"adamw (+bf16 copy)", "100M parameters", time_it(b, [&] { b.adamw(master, grad, m, v, copy, step); }),
+                  (4.0 * 7 + 2) * P, false});
+  rows.push_back({"sum_squares", "100M f32", time_it(b, [&] { b.sum_squares(grad); }), 4.0 * P, false});
+
+  fmt::print("{:<22} {:<34} {:>12} {:>17} {}\n", "kernel", "shape", "time", "achieved", "ratio");
+  for (const Row& r : rows) print(r, bw, peak);
+  return 0;
+}

@@ -1,0 +1,22 @@
+#pragma once
+// Which backend and communicators a run uses (train.device): the CPU backend with MPI, or
+// the CUDA backend on this rank's GPU with NCCL communicators bootstrapped over MPI.
+#include <memory>
+#include <string>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
+
+namespace jumbo {
+
+// This process's index among the ranks on its node, from the launcher:
+// OMPI_COMM_WORLD_LOCAL_RANK (mpirun), SLURM_LOCALID (srun), MPI_LOCALRANKID, else 0.
+int local_rank_from_launcher();
+// "cpu" or "cuda" (one rank per GPU: the GPU is the local rank). Throws UserError naming
+// train.device when the build or the machine cannot provide it.
+std::unique_ptr<Backend> make_backend(const std::string& device);
+// The world communicator for `backend`: MPI on the CPU; on a GPU, NCCL over MPI's world,
+// whose splits (the grid's tp, pp, dp groups) are NCCL communicators as well.
+std::shared_ptr<Comm> make_world_comm(Backend& backend);
+
+}  // namespace jumbo

@@ -1,0 +1,80 @@
+#pragma once
+// The CUDA backend's launchers: one per Backend operation, each queued on `stream` with no
+// host synchronisation. Tensors are device memory with the dtypes backend.h's contract gives
+// (activations f32 or bf16, main grads / statistics / optimizer state f32, token ids i32);
+// kernels compute in fp32. Shapes and semantics are exactly backend.h's; CpuBackend is the
+// reference the gpu tests compare every launcher with.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/backend/tensor.h"
+
+namespace jumbo::cuda {
+
+// ---- elementwise.cu ----
+void fill(cudaStream_t stream, Tensor t, float value);
+// Same numel, device to device; f32 <-> bf16 conversions; i32 copied as is.
+void convert_copy(cudaStream_t stream, Tensor dst, Tensor src);
+void gelu_fwd(cudaStream_t stream, Tensor out, Tensor in);
+void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in);
+void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
+void accumulate(cudaStream_t stream, Tensor dst, Tensor src);
+void scale(cudaStream_t stream, Tensor t, float s);
+void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
+
+// ---- embedding.cu ----
+void token_embedding_fwd(cudaStream_t stream, Tensor out, Tensor tokens, Tensor wte,
+                         int64_t vocab_start);
+// Deterministic: rows are accumulated per vocabulary row, not with float atomics. The tokens
+// are stably sorted by row (CUB radix sort) into `scratch`, device memory of at least
+// token_embedding_bwd_scratch_ints(tokens.numel(), dwte rows) ints, 16-byte aligned; then
+// each row adds its tokens' dout rows in token order (the CPU's order: bit-identical in f32).
+void token_embedding_bwd(cudaStream_t stream, Tensor dwte, Tensor dout, Tensor tokens,
+                         int64_t vocab_start, int* scratch);
+// Host-only size query (needs the current CUDA device: CUB's sizes depend on it).
+size_t token_embedding_bwd_scratch_ints(int64_t n_tokens, int64_t rows);
+void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe);
+void position_embedding_bwd(cudaStream_t stream, Tensor dwpe, Tensor dout);
+
+// ---- layernorm.cu (one warp or block per row, fp32 statistics) ----
+void layernorm_fwd(cudaStream_t stream, Tensor out, Tensor mean, Tensor rstd, Tensor x,
+                   Tensor weight, Tensor bias, float eps);
+// dx +=; dweight, dbias (f32) += over rows, through per-block partial sums (no atomics, so
+// the result is deterministic); `scratch` holds the partials: layernorm_bwd_scratch_floats.
+void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias, Tensor dout,
+                   Tensor x, Tensor weight, Tensor mean, Tensor rstd, float* scratch);
+size_t layernorm_bwd_scratch_floats(int64_t rows, int64_t cols);
+
+// ---- loss.cu: vocab-parallel cross-entropy parts ----
+void ce_local_max(cudaStream_t stream, Tensor max, Tensor logits);
+void ce_local_sumexp(cudaStream_t stream, Tensor sumexp, Tensor logits, Tensor max);
+void ce_target_logit(cudaStream_t stream, Tensor target_logit, Tensor logits, Tensor targets,
+                     int64_t vocab_start);
+void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit);
+void ce_bwd(cudaStream_t stream, Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp,
+            Tensor targets, int64_t vocab_start, float scale);
+
+// ---- optim.cu ----
+// AdamW over f32 master/grad/m/v (vectorised, float4), writing the compute copy (bf16 or f32;
+// may be empty) in the same pass.
+void adamw(cudaStream_t stream, Tensor master, Tensor grad, Tensor m, Tensor v,
+           Tensor compute_copy, const AdamWStep& s);
+// Sum of squares of t (f32 or bf16) into *result (device double), in two passes through
+// `partials` (sum_squares_partials doubles), deterministic.
+void sum_squares(cudaStream_t stream, Tensor t, double* result, double* partials);
+size_t sum_squares_partials();
+
+// ---- attention.cu: causal flash attention (Dao et al. 2022, FlashAttention-2 work split) ----
+// qkv [B, T, H*3*D] per head (q, k, v); out [B, T, H*D]; lse f32 [B, H, T, 1]: the row
+// log-sum-exp of the scaled scores. Tiled with online softmax: no T x T matrix in memory.
+// Head sizes 64, 128 and 144 (J1-Jumbo) are instantiated; others throw std::invalid_argument.
+void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv);
+// dqkv = gradient of qkv; delta f32 [B, H, T, 1] is scratch for rowsum(dout * out).
+void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv,
+                         Tensor out, Tensor lse);
+bool flash_attention_supports(int64_t head_dim);
+
+}  // namespace jumbo::cuda
