@@ -252,7 +252,25 @@ class MpiComm final : public Comm {
 
 }  // namespace
 
+bool started_by_launcher() {
+  if (const char* forced = std::getenv("JUMBO_MPI"); forced && *forced)
+    return std::strcmp(forced, "0") != 0;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+namespace {
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+}  // namespace
+
 int mpi_init(int* argc, char*** argv) {
+  if (!started_by_launcher()) return 1;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -265,20 +283,20 @@ int mpi_init(int* argc, char*** argv) {
 }
 
 void mpi_finalize() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (mpi_running()) MPI_Finalize();
 }
 
 MpiInfo mpi_info() {
-  mpi_init(nullptr, nullptr);
   MpiInfo info;
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
-  MPI_Get_library_version(text, &length);
+  MPI_Get_library_version(text, &length);  // allowed before MPI_Init
   info.library.assign(text, static_cast<size_t>(length));
   // "Open MPI v4.1.4, package: ..., ident: ...": the part before the first comma.
   info.library = info.library.substr(0, info.library.find_first_of(",\n"));
+  if (!started_by_launcher()) return info;
+  mpi_init(nullptr, nullptr);
+  info.started = true;
   int provided = 0;
   MPI_Query_thread(&provided);
   info.thread_multiple = provided == MPI_THREAD_MULTIPLE;
@@ -289,11 +307,15 @@ MpiInfo mpi_info() {
 }
 
 void mpi_abort(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::abort();
+  if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
 }
 
 std::shared_ptr<Comm> mpi_world() {
+  if (!started_by_launcher()) {
+    static auto solo = make_solo_comm("world");
+    return solo;
+  }
   mpi_init(nullptr, nullptr);
   static auto world = std::make_shared<MpiComm>(MPI_COMM_WORLD, "world", false);
   return world;

@@ -40,6 +40,10 @@ DoctorCheck check_node() {
 
 DoctorCheck check_mpi(Comm& world) {
   const MpiInfo info = mpi_info();
+  if (!info.started) {
+    return check("mpi", Status::ok,
+                 fmt::format("{}, not started: no launcher (mpirun/srun), one process", info.library));
+  }
   return check("mpi", info.thread_multiple ? Status::ok : Status::warn,
                fmt::format("{}, {} rank{}, {}", info.library, world.size(), world.size() == 1 ? "" : "s",
                            info.thread_multiple ? "MPI_THREAD_MULTIPLE"

@@ -66,7 +66,13 @@ class Comm {
   uint64_t bytes_sent_ = 0;
 };
 
-// The world communicator of this process; MPI_Init_thread(MPI_THREAD_MULTIPLE) on first use.
+// A process started by a launcher (mpirun, srun, any PMI/PMIx launcher: their environment
+// variables say so) runs MPI; one started alone does not start MPI at all and its world is a
+// one-rank communicator. JUMBO_MPI=1 forces MPI (a singleton), JUMBO_MPI=0 forbids it.
+bool started_by_launcher();
+std::shared_ptr<Comm> make_solo_comm(const std::string& name);
+// The world communicator of this process; MPI_Init_thread(MPI_THREAD_MULTIPLE) on first use
+// when started by a launcher, else the one-rank world.
 std::shared_ptr<Comm> mpi_world();
 // Starts MPI (idempotent); returns the world size.
 int mpi_init(int* argc, char*** argv);
@@ -80,6 +86,7 @@ bool nccl_built();
 
 // What `jumbo doctor` reports of the MPI library: "Open MPI v4.1.4", thread support, host.
 struct MpiInfo {
+  bool started = false;  // MPI initialised (a launcher started this process)
   std::string library;
   bool thread_multiple = false;
   std::string processor;  // MPI_Get_processor_name: the node
