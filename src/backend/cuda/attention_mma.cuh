@@ -1,0 +1,207 @@
+#pragma once
+// Device helpers of the flash-attention kernels: cp.async, ldmatrix, mma.sync (bf16), lane
+// layouts, warp reductions, and the bf16 tile shapes.
+// Part of attention.cu's translation unit (included only there, inside its anonymous
+// namespace); split out to keep each file readable.
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(128) unsigned char jumbo_attention_smem[];
+  return jumbo_attention_smem;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits for this thread's copies; a __syncthreads after it publishes everyone's.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the address of row (l % 8) of matrix (l / 8).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// c[16x8] += a[16x16] * b[16x8], bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16x2 register: `lo` in the low half (the lower column index).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ldmatrix addresses. Lane l gives row rr = l % 8 of matrix mi = l / 8; an operand's address is
+// (32-bit shared base of the tile) + (this lane's offset) + el<LD>(row, col) of its corner, the
+// last a compile-time constant in the unrolled loops (an immediate offset of the instruction).
+// Three ways an operand sits in a row-major shared tile s of leading dimension LD:
+//
+// A operand, 16x16 at (r0, c0): matrices (r0,c0) (r0+8,c0) (r0,c0+8) (r0+8,c0+8) are registers
+// a0..a3 of the m16n8k16 A fragment: non-transposed, lane offset lane_rows.
+// B operands of n-tiles n0 and n0+8 at k-step k0 where B[k][n] = s[n][k] (rows are the n index,
+// e.g. K in S = Q K^T): matrices (n0,k0) (n0,k0+8) (n0+8,k0) (n0+8,k0+8), non-transposed, lane
+// offset lane_cols; registers {b0, b1} of n-tile n0, then {b0, b1} of n-tile n0+8. Corner (n0, k0).
+// B operands of n-tiles n0 and n0+8 at k-step k0 where B[k][n] = s[k][n] (rows are the k index,
+// e.g. V in O = P V): matrices (k0,n0) (k0+8,n0) (k0,n0+8) (k0+8,n0+8), transposed (lane
+// 4*g+tq then holds s[k0+2tq][n0+g] and s[k0+2tq+1][n0+g]: b0), lane offset lane_rows; same
+// register order. Corner (k0, n0).
+template <int LD>
+__device__ __forceinline__ constexpr uint32_t el(int row, int col) {
+  return static_cast<uint32_t>((row * LD + col) * 2);
+}
+
+template <int LD>
+__device__ __forceinline__ uint32_t lane_rows(int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  return el<LD>(rr + (mi & 1) * 8, (mi >> 1) * 8);
+}
+
+template <int LD>
+__device__ __forceinline__ uint32_t lane_cols(int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  return el<LD>(rr + (mi >> 1) * 8, (mi & 1) * 8);
+}
+
+// Queues the copy of rows [t0, t0 + ROWS) of a [T, ld] bf16 matrix (D columns from `src`) into
+// shared rows of stride LD with 16-byte cp.async; rows at or past T are zeroed (so masked
+// probabilities never multiply garbage).
+template <int ROWS, int D, int LD, int NTHREADS>
+__device__ __forceinline__ void load_rows_async(hbf16* dst, const hbf16* src, int64_t ld, int t0,
+                                                int T) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += NTHREADS) {
+    const int r = i / kChunks, c = i - r * kChunks;
+    hbf16* d = dst + r * LD + c * 8;
+    const int t = t0 + r;
+    if (t < T) {
+      cp_async16(d, src + static_cast<int64_t>(t) * ld + c * 8);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// Writes 16 staged rows (bf16, stride LD) of this warp to global rows t0.. (stride ld), rows < T.
+template <int D, int LD>
+__device__ __forceinline__ void store_warp_rows(hbf16* dst, int64_t ld, const hbf16* staged, int t0,
+                                                int T, int lane) {
+  constexpr int kChunks = D / 8;
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks, c = i - r * kChunks;
+    const int t = t0 + r;
+    if (t < T) {
+      *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(t) * ld + c * 8) =
+          *reinterpret_cast<const uint4*>(staged + r * LD + c * 8);
+    }
+  }
+}
+
+// Stages a warp's 16 x D accumulator (mma C layout, times `mul`) as bf16 rows of stride LD.
+template <int D, int LD>
+__device__ __forceinline__ void stage_acc(hbf16* staged, const float (&acc)[D / 8][4], float mul0,
+                                          float mul1, int g, int tq) {
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd) {
+    *reinterpret_cast<uint32_t*>(staged + g * LD + nd * 8 + 2 * tq) =
+        pack_bf16(acc[nd][0] * mul0, acc[nd][1] * mul0);
+    *reinterpret_cast<uint32_t*>(staged + (g + 8) * LD + nd * 8 + 2 * tq) =
+        pack_bf16(acc[nd][2] * mul1, acc[nd][3] * mul1);
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Over the 16 lanes of a half warp (the SIMT kernels' rows).
+__device__ __forceinline__ float half_warp_max(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 tile shapes (tensor cores)
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kWarps = 4;
+constexpr int kMmaThreads = 32 * kWarps;
+constexpr int kRowsPerBlock = 16 * kWarps;  // the resident tile: 64 rows, 16 per warp
+
+// Streamed-tile sizes: 64 for D = 64, 32 for the wider heads (registers and shared memory).
+template <int D>
+constexpr int streamed_rows() {
+  return D <= 64 ? 64 : 32;
+}
+
+// Query rows per dK/dV step. At D = 144 the 2 x 72 fp32 accumulators per thread put the kernel
+// at 255 registers with ~40 bytes of spill (ptxas -v); 16 rows would not spill but would read
+// K and V fragments from shared memory twice as often, and this kernel is bound by shared
+// memory bandwidth (about 90 ldmatrix.x4 per 144 mma per step), so 32 it is.
+template <int D>
+constexpr int dkdv_query_rows() {
+  return D <= 64 ? 64 : 32;
+}
+
+template <int D>
+constexpr size_t fwd_bf16_smem() {
+  return static_cast<size_t>(kRowsPerBlock + 4 * streamed_rows<D>()) * (D + 8) * sizeof(hbf16);
+}
+template <int D>
+constexpr size_t dkdv_bf16_smem() {
+  return static_cast<size_t>(2 * kRowsPerBlock + 4 * dkdv_query_rows<D>()) * (D + 8) *
+             sizeof(hbf16) +
+         4 * dkdv_query_rows<D>() * sizeof(float);
+}
+template <int D>
+constexpr size_t dq_bf16_smem() {
+  return static_cast<size_t>(2 * kRowsPerBlock + 4 * streamed_rows<D>()) * (D + 8) * sizeof(hbf16);
+}
+
