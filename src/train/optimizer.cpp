@@ -46,13 +46,15 @@ void AdamW::step(double lr, float grad_scale, Tensor grads) {
 
 double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
                          Tensor grads, Backend& backend, int tp_rank) {
-  double sum = 0;
+  // Reused between steps: the step loop allocates nothing once it has run.
+  thread_local std::vector<Tensor> parts;
+  parts.clear();
   for (const OptimRange& r : ranges) {
     const ParamInfo& p = params.info(r.param);
     if ((p.tp_replicated && tp_rank != 0) || p.pipeline_copy) continue;
-    sum += backend.sum_squares(grads.rows(r.local, r.count));
+    parts.push_back(grads.rows(r.local, r.count));
   }
-  return sum;
+  return backend.sum_squares_all(parts);
 }
 
 }  // namespace jumbo

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "jumbo/backend/arena.h"
 #include "jumbo/backend/tensor.h"
@@ -129,6 +130,13 @@ class Backend {
   virtual void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
                      const AdamWStep& s) = 0;
   virtual double sum_squares(Tensor t) = 0;
+  // The sum over several tensors (the grad norm's parameter ranges), added in order. A GPU
+  // keeps the partial sums on the device and waits once per call, not once per tensor.
+  virtual double sum_squares_all(const std::vector<Tensor>& ts) {
+    double sum = 0;
+    for (const Tensor& t : ts) sum += sum_squares(t);
+    return sum;
+  }
   virtual void scale(Tensor t, float s) = 0;
   // Copies n f32 values from device tensor t to the host (for losses and statistics).
   virtual void to_host(float* dst, Tensor t) = 0;

@@ -93,11 +93,15 @@ class CudaBackend final : public Backend {
                                            sizeof(double)),
                 "cudaMalloc (reduction partials)");
     cuda::check(cudaMallocHost(&host_scalar_, sizeof(double)), "cudaMallocHost (scalar)");
+    cuda::check(cudaMalloc(&sums_, kMaxSums * sizeof(double)), "cudaMalloc (sums)");
+    cuda::check(cudaMallocHost(&host_sums_, kMaxSums * sizeof(double)), "cudaMallocHost (sums)");
     gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_, kGemmWorkspace);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
+    cudaFreeHost(host_sums_);
+    cudaFree(sums_);
     cudaFreeHost(host_scalar_);
     cudaFree(partials_);
     cudaFree(gemm_workspace_);
@@ -234,6 +238,22 @@ class CudaBackend final : public Backend {
     synchronize();
     return *host_scalar_;
   }
+  // One device result per tensor, one copy to the host, the sum in order on the host (the
+  // same order as the CPU's, so the result does not depend on the backend's grouping).
+  double sum_squares_all(const std::vector<Tensor>& ts) override {
+    double sum = 0;
+    for (size_t first = 0; first < ts.size(); first += kMaxSums) {
+      const size_t n = std::min(kMaxSums, ts.size() - first);
+      for (size_t i = 0; i < n; ++i)
+        cuda::sum_squares(stream_, ts[first + i], sums_ + i, reinterpret_cast<double*>(partials_));
+      cuda::check(cudaMemcpyAsync(host_sums_, sums_, n * sizeof(double), cudaMemcpyDeviceToHost,
+                                  stream_),
+                  "cudaMemcpyAsync (sum_squares_all)");
+      synchronize();
+      for (size_t i = 0; i < n; ++i) sum += host_sums_[i];
+    }
+    return sum;
+  }
   void scale(Tensor t, float s) override { cuda::scale(stream_, t, s); }
   void to_host(float* dst, Tensor t) override {
     if (t.dtype != DType::f32)
@@ -248,12 +268,15 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kGemmWorkspace = 32u << 20;
+  static constexpr size_t kMaxSums = 16384;  // tensors per read-back in sum_squares_all
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   void* gemm_workspace_ = nullptr;
   void* partials_ = nullptr;
   double* host_scalar_ = nullptr;
+  double* sums_ = nullptr;       // device: one sum of squares per tensor
+  double* host_sums_ = nullptr;  // pinned: their copy
   std::unique_ptr<cuda::Gemm> gemm_;
   DeviceScratch ln_scratch_, tok_scratch_;
   UploadRing uploads_;
