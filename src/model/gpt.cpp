@@ -55,7 +55,7 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   layout_activations(counting);
   acts_arena_ = backend_.make_arena(counting.used(), "activations");
   layout_activations(acts_arena_);
-  host_losses_.resize(opts_.micro_batch * opts_.seq);
+  host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
 }
 
 std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
@@ -214,6 +214,7 @@ void GptModel::layout_activations(Arena& arena) {
     ce_sumexp_ = arena.alloc(f32, {n});
     ce_target_ = arena.alloc(f32, {n});
     losses_ = arena.alloc(f32, {n});
+    loss_record_ = arena.alloc(f32, {opts_.losses_per_read * n});
   }
   proj_out_ = arena.alloc(t, {b, s, c});
   proj_part_ = sp_ ? arena.alloc(t, {b, sp, c}) : proj_out_;
@@ -275,7 +276,7 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_);
 }
 
-double GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets) {
+void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets) {
   Slot& s = slots_[slot];
   s.chunk = chunk;
   const int64_t base = chunk * opts_.num_layers;
@@ -293,12 +294,29 @@ double GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32
     block_forward(s.layers[l], layer_params_[base + l], x);
     x = s.layers[l].residual3;
   }
-  if (!opts_.has_head || chunk != opts_.chunks - 1) return 0;
+  if (!opts_.has_head || chunk != opts_.chunks - 1) return;
   backend_.from_host(s.targets, targets);
   head_forward(s, x);
-  backend_.to_host(host_losses_.data(), losses_);
+  if (losses_recorded_ == opts_.losses_per_read) {
+    throw std::logic_error(fmt::format("GptModel: more than losses_per_read = {} microbatches "
+                                       "before take_loss_sum()", opts_.losses_per_read));
+  }
+  const int64_t n = losses_.numel();
+  backend_.copy(loss_record_.rows(losses_recorded_ * n, n), losses_);
+  ++losses_recorded_;
+}
+
+double GptModel::take_loss_sum() {
+  if (losses_recorded_ == 0) return 0;
+  const int64_t n = losses_.numel();
+  backend_.to_host(host_losses_.data(), loss_record_.rows(0, losses_recorded_ * n));
   double sum = 0;
-  for (float v : host_losses_) sum += v;
+  for (int64_t k = 0; k < losses_recorded_; ++k) {
+    double microbatch = 0;  // per microbatch first: the same sums as one read per microbatch
+    for (int64_t i = 0; i < n; ++i) microbatch += host_losses_[static_cast<size_t>(k * n + i)];
+    sum += microbatch;
+  }
+  losses_recorded_ = 0;
   return sum;
 }
 

@@ -59,7 +59,7 @@ double cpu_layer_bytes(const Shape& x, double t, bool sp, bool core_attention) {
 }
 
 double cpu_activations(const Shape& x, const PlanLayout& l, double t, bool first, bool last,
-                       int64_t layers, int64_t slots, int64_t chunks) {
+                       int64_t layers, int64_t slots, int64_t chunks, int64_t microbatches) {
   const bool sp = l.sequence_parallel && l.tp > 1;
   const double part = x.b * x.sp * x.c * t, full = x.b * x.s * x.c * t;
   const double n = x.b * x.s;
@@ -76,8 +76,9 @@ double cpu_activations(const Shape& x, const PlanLayout& l, double t, bool first
     slot += layers * cpu_layer_bytes(x, t, sp, true);
   }
   double bytes = slot * static_cast<double>(slots) + shared;
-  if (last) {  // final norm, logits, cross-entropy parts
-    bytes += part + (sp ? full : 0) + 2 * x.b * x.sp * 4 + n * x.vl * t + 4 * n * 4;
+  if (last) {  // final norm, logits, cross-entropy parts, the step's recorded losses
+    bytes += part + (sp ? full : 0) + 2 * x.b * x.sp * 4 + n * x.vl * t + 4 * n * 4 +
+             4 * n * static_cast<double>(microbatches);
   }
   // Backward buffers shared by all layers: proj_out, dresidual, dln, datty, dqkv, dfch,
   // dfch_gelu, dprobs, and the sequence-parallel staging copies.
@@ -173,7 +174,7 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
     e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
     e.optimizer = zero1 ? 8 * n / dp : 8 * n;
     e.activations = cpu_activations(x, l, t_size, stage == 0, stage == l.pp - 1,
-                                    layers_per_slot, e.in_flight, sl.chunks);
+                                    layers_per_slot, e.in_flight, sl.chunks, micro);
     // bf16 GEMM operands are widened to f32 in scratch sized by the largest GEMM.
     double scratch = 0;
     if (bf16) {

@@ -45,6 +45,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   g.micro_batch = opts.micro_batch;
   g.seq = opts.seq;
   g.compute_dtype = compute_dtype_of(opts.precision);
+  g.losses_per_read = opts.micro_steps;
   auto world = mpi_world();
   GptModel gpt(m, g, backend, *world);
   gpt.initialize(1234);

@@ -41,14 +41,13 @@ std::function<void(int64_t)> grads_ready(SequencePartialGrads& partial, GradSync
 double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro_steps,
                         float loss_scale, int32_t* tokens, int32_t* targets,
                         const StepGroups& g, SequencePartialGrads& partial) {
-  double loss_sum = 0;
   for (int64_t k = 0; k < micro_steps; ++k) {
     source.next(tokens, targets);
-    loss_sum += model.forward(0, tokens, targets);
+    model.forward(0, tokens, targets);
     if (k == micro_steps - 1) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
     model.backward(0, loss_scale);
   }
-  return loss_sum;
+  return model.take_loss_sum();  // the step's one read of the losses
 }
 
 // One stage of a pipeline: the schedule's ops in order (1F1B or interleaved), activations and
@@ -82,7 +81,6 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
       return pp.irecv(model.input(slot), c.recv_from_rank, tag(op.microbatch, c.virtual_stage - 1, 0));
     return pp.irecv(model.grad_output(), c.recv_from_rank, tag(op.microbatch, c.virtual_stage + 1, 1));
   };
-  double loss_sum = 0;
   CommRequest received;
   if (!ops.empty()) {
     pp.group_start();
@@ -96,7 +94,7 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
     pp.wait(received);
     if (op.kind == PipeOp::forward) {
       if (c.reads_tokens || c.computes_loss) source.next(tokens, targets);
-      loss_sum += model.forward(slot, op.chunk, tokens, targets);
+      model.forward(slot, op.chunk, tokens, targets);
     } else {
       if (--backwards_left == 0) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
       pp.wait(st.bwd_sent[slot]);  // the slot's d(input) buffer is about to be rewritten
@@ -119,7 +117,7 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
   }
   for (CommRequest& r : st.bwd_sent) pp.wait(r);
   for (CommRequest& r : st.fwd_sent) pp.wait(r);
-  return loss_sum;
+  return model.take_loss_sum();  // the step's one read of the losses (last stage)
 }
 
 }  // namespace

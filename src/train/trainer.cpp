@@ -106,6 +106,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   // largest number of microbatches a step can have (the batch ramp only shrinks it).
   const int max_micro = static_cast<int>(cfg_.train.global_batch / (mb * dp));
   opts.slots = pp > 1 ? max_in_flight(pipeline_schedule(pp, stage, max_micro, v)) : 1;
+  opts.losses_per_read = max_micro;  // read once per step
   if (pp > 1) pipeline_.reset(static_cast<int>(opts.slots), max_micro, v);
   opts.compute_dtype = compute_dtype_of(cfg_.train.precision);
   opts.flat_multiple = dp;
@@ -340,7 +341,8 @@ double Trainer::evaluate() {
         CommRequest r = pp.irecv(model_->input(0), c.recv_from_rank, 0);
         pp.wait(r);
       }
-      sum += model_->forward(0, chunk, tokens_.data(), targets_.data());
+      model_->forward(0, chunk, tokens_.data(), targets_.data());
+      sum += model_->take_loss_sum();
       if (c.send_to_rank >= 0) {
         CommRequest r = pp.isend(model_->output(0), c.send_to_rank, 0);
         pp.wait(r);

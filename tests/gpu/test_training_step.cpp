@@ -49,6 +49,7 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   o.micro_batch = 2;
   o.seq = 128;
   o.compute_dtype = compute_dtype_of(precision);
+  o.losses_per_read = 2;  // two microbatches per step
   auto world = mpi_world();  // one rank: no tensor parallelism
   GptModel model(m, o, backend, *world);
   model.initialize(1234);

@@ -45,6 +45,7 @@ struct GptOptions {
   bool has_embedding = true;  // first stage
   bool has_head = true;       // last stage
   int64_t slots = 1;          // microbatches in flight (activation sets)
+  int64_t losses_per_read = 1;  // microbatches whose losses take_loss_sum() reads at once
   Recompute recompute = Recompute::none;
   // Sequence parallelism (Korthikanti et al. 2022): with tp > 1, the layernorm and residual
   // regions hold S/tp of the sequence; all-gather and reduce-scatter along the sequence
@@ -68,20 +69,27 @@ class GptModel {
 
   // One microbatch through this stage, into activation set `slot`. tokens (first stage) and
   // targets (last stage) are host arrays of micro_batch * seq ids; other stages read their
-  // input from input(slot). Returns the sum of per-token losses on the last stage, else 0.
-  double forward(int slot, const int32_t* tokens, const int32_t* targets) {
-    return forward(slot, 0, tokens, targets);
+  // input from input(slot). On the last stage the per-token losses are recorded on the device
+  // (no host wait); take_loss_sum() reads them back.
+  void forward(int slot, const int32_t* tokens, const int32_t* targets) {
+    forward(slot, 0, tokens, targets);
   }
   // The same through model chunk `chunk` (interleaved pipelines): the embedding runs in chunk
   // 0 of the first stage, the head in the last chunk of the last stage.
-  double forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets);
+  void forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets);
+  // The sum of the per-token losses recorded since the last call, added in microbatch and
+  // token order (one host read); 0 on stages without the head.
+  double take_loss_sum();
   // Backward of slot's microbatch. The last stage weights each token's loss by loss_scale;
   // other stages read d(output) from grad_output(). Leaves d(input) in grad_input(slot) on
   // stages without the embedding. Weight gradients accumulate into params().all_grads().
   void backward(int slot, float loss_scale) { backward(slot, 0, loss_scale); }
   void backward(int slot, int chunk, float loss_scale);
-  // One-stage convenience: slot 0.
-  double forward(const int32_t* tokens, const int32_t* targets) { return forward(0, 0, tokens, targets); }
+  // One-stage convenience: slot 0; returns the microbatch's loss sum (a host read).
+  double forward(const int32_t* tokens, const int32_t* targets) {
+    forward(0, 0, tokens, targets);
+    return take_loss_sum();
+  }
   void backward(float loss_scale) { backward(0, 0, loss_scale); }
 
   // Stage boundary tensors, [B, S, C] ([B, S/tp, C] with sequence parallelism).
@@ -163,7 +171,9 @@ class GptModel {
   // Layer tensors that recomputation does not keep per slot: written by every forward,
   // rebuilt before each backward.
   LayerActs recomputed_;
-  std::vector<float> host_losses_;
+  Tensor loss_record_;              // f32 [losses_per_read x micro_batch x seq], last stage
+  int64_t losses_recorded_ = 0;     // microbatches in loss_record_
+  std::vector<float> host_losses_;  // its host copy
   std::function<void(int64_t)> grads_ready_;
 };
 
