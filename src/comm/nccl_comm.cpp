@@ -71,9 +71,18 @@ class NcclComm final : public Comm {
     free_.reserve(kMaxInFlight);
     grouped_.reserve(kMaxInFlight);
     for (int i = kMaxInFlight - 1; i >= 0; --i) free_.push_back(i);
+    // The host may be blocked waiting on the GPU when a peer fails: the watchdog asks NCCL.
+    watch_id_ = add_async_error_check([comm = comm_, name = name_, rank = rank_, size = size_] {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess)
+        return std::string();
+      return fmt::format("NCCL on group {} (rank {} of {}) failed: {}; a peer died or the "
+                         "network failed", name, rank, size, ncclGetErrorString(async));
+    });
   }
 
   ~NcclComm() override {
+    remove_async_error_check(watch_id_);
     if (comm_) ncclCommDestroy(comm_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaEventDestroy(compute_ready_);
@@ -222,6 +231,7 @@ class NcclComm final : public Comm {
   void check_async_error() {
     ncclResult_t async = ncclSuccess;
     if (comm_ && ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess) {
+      remove_async_error_check(watch_id_);
       ncclCommAbort(comm_);
       comm_ = nullptr;
       throw std::runtime_error(fmt::format("NCCL on group {} (rank {} of {}) failed: {}; a peer "
@@ -250,6 +260,7 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;
   cudaStream_t collective_stream_ = nullptr, p2p_stream_ = nullptr;
   bool in_group_ = false;
+  int watch_id_ = -1;
   std::vector<int> grouped_;
   cudaEvent_t compute_ready_ = nullptr;
   std::array<cudaEvent_t, kMaxInFlight> events_{};

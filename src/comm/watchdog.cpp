@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace jumbo {
@@ -28,6 +30,28 @@ WatchState& state() {
   return s;
 }
 
+struct AsyncChecks {
+  std::mutex mutex;
+  std::map<int, std::function<std::string()>> checks;
+  int next_id = 0;
+};
+
+AsyncChecks& async_checks() {
+  static AsyncChecks c;
+  return c;
+}
+
+// The first failure any registered check reports, or "".
+std::string async_failure() {
+  AsyncChecks& c = async_checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (auto& [id, check] : c.checks) {
+    std::string failure = check();
+    if (!failure.empty()) return failure;
+  }
+  return "";
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -40,6 +64,11 @@ void watch() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (const std::string failure = async_failure(); !failure.empty()) {
+      std::fprintf(stderr, "jumbo: rank %d: %s; aborting the job\n", rank, failure.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 4);
+    }
     const int64_t start = s.started_ns.load();
     if (start == 0) continue;
     const double waited = static_cast<double>(now_ns() - start) * 1e-9;
@@ -59,6 +88,19 @@ void start_comm_watchdog(double timeout_s) {
   WatchState& s = state();
   s.timeout_s = timeout_s;
   if (!s.running.exchange(true)) std::thread(watch).detach();
+}
+
+int add_async_error_check(std::function<std::string()> check) {
+  AsyncChecks& c = async_checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.checks.emplace(c.next_id, std::move(check));
+  return c.next_id++;
+}
+
+void remove_async_error_check(int id) {
+  AsyncChecks& c = async_checks();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.checks.erase(id);
 }
 
 BlockingOp::BlockingOp(const char* op, const std::string& group) {

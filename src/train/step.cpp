@@ -1,5 +1,7 @@
 #include "jumbo/train/step.h"
 
+#include "jumbo/comm/watchdog.h"
+
 #include <cmath>
 #include <functional>
 #include <stdexcept>
@@ -37,6 +39,15 @@ std::function<void(int64_t)> grads_ready(SequencePartialGrads& partial, GradSync
   };
 }
 
+// The step's one read of the losses (last stage). On a GPU the host waits here for the
+// step's kernels and collectives: watched like a blocking collective, so a peer that hangs
+// ends the job instead of this wait.
+double read_loss_sum(GptModel& model) {
+  static const std::string device = "device";
+  const BlockingOp watch("waiting for the GPU's step (losses)", device);
+  return model.take_loss_sum();
+}
+
 // Gradient accumulation on one pipeline stage (or no pipeline): forward then backward.
 double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro_steps,
                         float loss_scale, int32_t* tokens, int32_t* targets,
@@ -47,7 +58,7 @@ double run_microbatches(GptModel& model, MicrobatchSource& source, int64_t micro
     if (k == micro_steps - 1) model.set_grads_ready_hook(grads_ready(partial, g.grad_sync));
     model.backward(0, loss_scale);
   }
-  return model.take_loss_sum();  // the step's one read of the losses
+  return read_loss_sum(model);
 }
 
 // One stage of a pipeline: the schedule's ops in order (1F1B or interleaved), activations and
@@ -117,7 +128,7 @@ double run_pipeline(GptModel& model, MicrobatchSource& source, float loss_scale,
   }
   for (CommRequest& r : st.bwd_sent) pp.wait(r);
   for (CommRequest& r : st.fwd_sent) pp.wait(r);
-  return model.take_loss_sum();  // the step's one read of the losses (last stage)
+  return read_loss_sum(model);
 }
 
 }  // namespace
@@ -157,7 +168,12 @@ StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int
   r.loss = loss_sum / static_cast<double>(batch_tokens);
 
   Tensor grads = g.grad_sync ? g.grad_sync->optimizer_grads() : model.params().all_grads();
-  double sq = grad_norm_squared(model.params(), opt.ranges(), grads, model.backend(), g.tp_rank);
+  double sq = 0;
+  {
+    static const std::string device = "device";
+    const BlockingOp watch("waiting for the GPU's step (grad norm)", device);
+    sq = grad_norm_squared(model.params(), opt.ranges(), grads, model.backend(), g.tp_rank);
+  }
   if (g.norm_group) sq = g.norm_group->all_reduce_scalar(sq, ReduceOp::sum);
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;

@@ -2,11 +2,18 @@
 // Watchdog on blocking communication: once started, any blocking operation of this process
 // that waits longer than the timeout ends the whole job with a line naming the rank, the
 // group and the operation (a peer died or hangs; without it the job would hang for ever).
+#include <functional>
 #include <string>
 
 namespace jumbo {
 
 void start_comm_watchdog(double timeout_s);
+
+// Checks the watchdog runs on every poll, for failures a blocked host never sees (NCCL's
+// asynchronous errors while the host waits on the GPU): a non-empty result ends the job with
+// that line. Returns an id for remove_async_error_check.
+int add_async_error_check(std::function<std::string()> check);
+void remove_async_error_check(int id);
 
 // Marks a blocking operation for the watchdog for the lifetime of the object.
 class BlockingOp {
