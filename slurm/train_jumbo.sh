@@ -83,12 +83,13 @@
 # 64 nodes (default, 512 GPUs): tp 8 (inside a node, NVSwitch) x pp 16 (4-5 layers per
 # stage) x dp 4, micro batch 1, recompute none, ZeRO-1, sequence parallel.
 # Why it fits in 40 GB: the fullest stage (stage 1: 5 layers, 1.43B parameters per GPU)
-# needs 21.7 GiB: weights 2.7 (bf16), grads 5.3 (fp32 main grads), optimizer 4.0 (fp32
-# master + Adam, ZeRO-1 sharded over dp 4), activations 8.2 (15 microbatches in flight in
-# 1F1B, sequence parallel divides them by tp), workspace 1.5. Estimated MFU 50.6%.
-# Other node counts: 16 nodes -> the same tp 8 x pp 16 with dp 1 (no ZeRO-1: 33.7 GiB, the
-# fp32 master and Adam unsharded); 32 and 128 nodes -> tp 8 x pp 16 x dp 2 / 8 with ZeRO-1
-# (25.7 / 19.7 GiB); 8 nodes or fewer: no layout fits (the job stops, exit 2).
+# needs 27.0 GiB: weights 8.0 (bf16 copy + fp32 master), grads 6.7 (fp32 main grads + the
+# ZeRO-1 owned shard), optimizer 2.7 (Adam's moments, ZeRO-1 sharded over dp 4), activations
+# 8.2 (15 microbatches in flight in 1F1B, sequence parallel divides them by tp), workspace
+# 1.5. Estimated MFU 50.6%.
+# Other node counts: 16 nodes -> the same tp 8 x pp 16 with dp 1 (no ZeRO-1: 33.7 GiB);
+# 32 and 128 nodes -> tp 8 x pp 16 x dp 2 / 8 with ZeRO-1 (31.0 / 25.0 GiB); 8 nodes or
+# fewer: no layout fits (the job stops, exit 2).
 # LAYOUT-DOC-END
 set -uo pipefail
 

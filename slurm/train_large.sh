@@ -83,7 +83,7 @@
 # 4 nodes (default, 32 GPUs): tp 2 x pp 4 x dp 4, micro batch 1, recompute none, ZeRO-1,
 # sequence parallel.
 # Why it fits in 40 GB: the fullest stage (stage 1: 11 layers, 1.11B parameters per GPU)
-# needs 15.2 GiB: weights 2.1, grads 4.1, optimizer 3.1 (ZeRO-1 over dp 4), activations 4.4
+# needs 19.3 GiB: weights 6.2, grads 5.2, optimizer 2.1 (ZeRO-1 over dp 4), activations 4.4
 # (3 microbatches in flight), workspace 1.5. Estimated MFU 52.0%.
 # LAYOUT-DOC-END
 set -uo pipefail

@@ -159,11 +159,13 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
   // Interleaved stages hold chunk-microbatches of layers / v layers each.
   const int64_t layers_per_slot = sl.num_layers;
   if (t.device == PlanDevice::gpu) {
-    // bf16 weights; the f32 master, main grads and Adam in f32 (6 + 12/dp bytes under ZeRO-1,
-    // 18 without: Megatron's distributed optimizer).
-    e.weights = n * (bf16 ? 2 : 0) + (zero1 ? 0 : 4 * n);
-    e.grads = 4 * n;
-    e.optimizer = zero1 ? 12 * n / dp : 8 * n;
+    // bf16 weights, the f32 master, f32 main grads and Adam: 18 bytes per parameter. Under
+    // ZeRO-1 jumbo shards Adam's moments and keeps an owned gradient shard, but (unlike
+    // Megatron's distributed optimizer, 6 + 12/dp) still keeps the whole f32 master on every
+    // rank: 10 + 12/dp.
+    e.weights = n * ((bf16 ? 2 : 0) + 4);
+    e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
+    e.optimizer = zero1 ? 8 * n / dp : 8 * n;
     e.activations = gpu_activations(x, l, stage == l.pp - 1, layers_per_slot, e.in_flight);
     e.workspace = runtime_bytes(PlanDevice::gpu);
   } else {
