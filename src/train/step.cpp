@@ -42,9 +42,11 @@ std::function<void(int64_t)> grads_ready(SequencePartialGrads& partial, GradSync
 // The step's one read of the losses (last stage). On a GPU the host waits here for the
 // step's kernels and collectives: watched like a blocking collective, so a peer that hangs
 // ends the job instead of this wait.
+// The watchdog's name for a host wait on the GPU (BlockingOp keeps a pointer to it).
+const std::string kDeviceGroup = "device";
+
 double read_loss_sum(GptModel& model) {
-  static const std::string device = "device";
-  const BlockingOp watch("waiting for the GPU's step (losses)", device);
+  const BlockingOp watch("waiting for the GPU's step (losses)", kDeviceGroup);
   return model.take_loss_sum();
 }
 
@@ -170,8 +172,7 @@ StepResult train_step(GptModel& model, AdamW& opt, MicrobatchSource& source, int
   Tensor grads = g.grad_sync ? g.grad_sync->optimizer_grads() : model.params().all_grads();
   double sq = 0;
   {
-    static const std::string device = "device";
-    const BlockingOp watch("waiting for the GPU's step (grad norm)", device);
+    const BlockingOp watch("waiting for the GPU's step (grad norm)", kDeviceGroup);
     sq = grad_norm_squared(model.params(), opt.ranges(), grads, model.backend(), g.tp_rank);
   }
   if (g.norm_group) sq = g.norm_group->all_reduce_scalar(sq, ReduceOp::sum);

@@ -240,8 +240,7 @@ bool Trainer::writes_checkpoint() const {
 
 std::vector<PieceData> Trainer::checkpoint_pieces(bool for_saving) {
   ParamStore& ps = model_->params();
-  const std::array<Tensor, 3> state = {ps.all_master(), optimizer_->exp_avg(),
-                                       optimizer_->exp_avg_sq()};
+  const std::array<Tensor, 3> state = saved_state();
   std::array<float*, 3> host{};
   for (size_t i = 0; i < state.size(); ++i) {
     if (state[i].device == Device::cpu) {
@@ -258,10 +257,12 @@ std::vector<PieceData> Trainer::checkpoint_pieces(bool for_saving) {
                                 host[0], host[1], host[2], for_saving);
 }
 
+std::array<Tensor, 3> Trainer::saved_state() {
+  return {model_->params().all_master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+}
+
 void Trainer::upload_staged_state() {
-  ParamStore& ps = model_->params();
-  const std::array<Tensor, 3> state = {ps.all_master(), optimizer_->exp_avg(),
-                                       optimizer_->exp_avg_sq()};
+  const std::array<Tensor, 3> state = saved_state();
   for (size_t i = 0; i < state.size(); ++i) {
     if (state[i].device == Device::cpu) continue;
     backend_.from_host(state[i], staged_state_[i].data());

@@ -57,6 +57,7 @@ class Trainer {
   // This rank's optimizer state as checkpoint pieces, and whether it writes them.
   std::vector<PieceData> checkpoint_pieces(bool for_saving);
   void upload_staged_state();  // after a load into the host copies of device state
+  std::array<Tensor, 3> saved_state();  // master, Adam m, Adam v: what a checkpoint holds
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
