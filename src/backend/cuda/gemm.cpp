@@ -324,6 +324,47 @@ void expect_numel(const char* what, const char* name, Tensor t, int64_t want) {
   }
 }
 
+// The checks both forward GEMMs make: in, weight, out (and bias) of one float dtype and
+// matching shapes.
+LinearShape check_forward(const char* what, Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  const LinearShape sh = linear_shape(what, in, weight);
+  const DType t = in.dtype;
+  if (!is_float(t)) bad(std::string(what) + ": in must be f32 or bf16, got " + in.describe());
+  expect_dtype(what, "weight", weight, t);
+  expect_dtype(what, "out", out, t);
+  expect_numel(what, "out", out, sh.n * sh.o);
+  if (!bias.empty()) {
+    expect_dtype(what, "bias", bias, t);
+    expect_numel(what, "bias", bias, sh.o);
+  }
+  return sh;
+}
+
+// out[N,O] = in[N,I] @ weight[O,I]^T in cuBLASLt's column-major terms: D [O,N] (ld O) =
+// op_T(weight as [I,O], ld I) x in as [I,N] (ld I); the epilogue adds bias (and GELU).
+MatmulSpec forward_spec(GemmOp op, const LinearShape& sh, Tensor out, Tensor in, Tensor weight,
+                        Tensor bias, cublasLtEpilogue_t epilogue) {
+  MatmulSpec s{};
+  s.op = op;
+  s.ab = in.dtype;
+  s.cd = in.dtype;
+  s.trans_a = CUBLAS_OP_T;
+  s.trans_b = CUBLAS_OP_N;
+  s.m = sh.o;
+  s.n = sh.n;
+  s.k = sh.i;
+  s.lda = sh.i;
+  s.ldb = sh.i;
+  s.ldd = sh.o;
+  s.epilogue = epilogue;
+  s.a = weight.data;
+  s.b = in.data;
+  s.d = out.data;
+  s.bias = bias.data;
+  s.beta = 0.0f;
+  return s;
+}
+
 }  // namespace
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes)
@@ -339,77 +380,28 @@ Gemm::~Gemm() {
 }
 
 void Gemm::linear_fwd(cudaStream_t stream, Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  constexpr const char* what = "linear_fwd";
-  const LinearShape sh = linear_shape(what, in, weight);
-  const DType t = in.dtype;
-  if (!is_float(t)) bad(std::string(what) + ": in must be f32 or bf16, got " + in.describe());
-  expect_dtype(what, "weight", weight, t);
-  expect_dtype(what, "out", out, t);
-  expect_numel(what, "out", out, sh.n * sh.o);
-  if (!bias.empty()) {
-    expect_dtype(what, "bias", bias, t);
-    expect_numel(what, "bias", bias, sh.o);
-  }
+  const LinearShape sh = check_forward("linear_fwd", out, in, weight, bias);
   if (sh.n == 0) return;
-  MatmulSpec s{};
-  s.op = GemmOp::fwd;
-  s.ab = t;
-  s.cd = t;
-  s.trans_a = CUBLAS_OP_T;
-  s.trans_b = CUBLAS_OP_N;
-  s.m = sh.o;
-  s.n = sh.n;
-  s.k = sh.i;
-  s.lda = sh.i;
-  s.ldb = sh.i;
-  s.ldd = sh.o;
-  s.epilogue = bias.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS;
-  s.a = weight.data;
-  s.b = in.data;
-  s.d = out.data;
-  s.bias = bias.data;
-  s.beta = 0.0f;
+  const MatmulSpec s = forward_spec(GemmOp::fwd, sh, out, in, weight, bias,
+                                    bias.empty() ? CUBLASLT_EPILOGUE_DEFAULT : CUBLASLT_EPILOGUE_BIAS);
   run_matmul(handle_, *plans_, s, workspace_, workspace_bytes_, stream, false);
 }
 
 void Gemm::linear_gelu_fwd(cudaStream_t stream, Tensor out, Tensor pre, Tensor in, Tensor weight,
                            Tensor bias) {
   constexpr const char* what = "linear_gelu_fwd";
-  const LinearShape sh = linear_shape(what, in, weight);
-  const DType t = in.dtype;
-  if (!is_float(t)) bad(std::string(what) + ": in must be f32 or bf16, got " + in.describe());
-  expect_dtype(what, "weight", weight, t);
-  expect_dtype(what, "out", out, t);
-  expect_dtype(what, "pre", pre, t);
-  expect_numel(what, "out", out, sh.n * sh.o);
+  const LinearShape sh = check_forward(what, out, in, weight, bias);
+  expect_dtype(what, "pre", pre, in.dtype);
   expect_numel(what, "pre", pre, sh.n * sh.o);
-  if (!bias.empty()) {
-    expect_dtype(what, "bias", bias, t);
-    expect_numel(what, "bias", bias, sh.o);
-  }
   if (sh.n == 0) return;
+  const DType t = in.dtype;
   const bool fuse = (t == DType::bf16 ? kFuseGeluBf16 : kFuseGeluF32) && sh.o % 8 == 0;
   if (fuse) {
-    MatmulSpec s{};
-    s.op = GemmOp::fwd_gelu;
-    s.ab = t;
-    s.cd = t;
-    s.trans_a = CUBLAS_OP_T;
-    s.trans_b = CUBLAS_OP_N;
-    s.m = sh.o;
-    s.n = sh.n;
-    s.k = sh.i;
-    s.lda = sh.i;
-    s.ldb = sh.i;
-    s.ldd = sh.o;
-    s.epilogue = bias.empty() ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    s.a = weight.data;
-    s.b = in.data;
-    s.d = out.data;
-    s.bias = bias.data;
+    MatmulSpec s = forward_spec(GemmOp::fwd_gelu, sh, out, in, weight, bias,
+                                bias.empty() ? CUBLASLT_EPILOGUE_GELU_AUX
+                                             : CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
     s.aux = pre.data;
     s.aux_ld = sh.o;  // pre is [N, O] row-major: column-major [O, N] with ld O, like D
-    s.beta = 0.0f;
     if (run_matmul(handle_, *plans_, s, workspace_, workspace_bytes_, stream, true)) {
       return;
     }

@@ -18,32 +18,11 @@
 namespace jumbo::cuda {
 namespace {
 
-using bf16_t = __nv_bfloat16;
+#include "typed_io.cuh"
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
 constexpr int kPartials = 1024;        // blocks of the first sum_squares pass (fixed)
 constexpr int kFinalThreads = 1024;    // one block reduces the partials
 static_assert(kPartials == kFinalThreads, "the final pass gives each partial one thread");
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16_t x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16_t from_f32<bf16_t>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
 
 // ---- AdamW ----
 struct AdamParams {
