@@ -197,12 +197,11 @@ void Trainer::check_planned_memory() {
   const PlanLayout layout = plan_layout_of(cfg_, grid_.dp_size());
   planned_cpu_bytes_ =
       estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::cpu)).total();
-  planned_gpu_bytes_ =
-      estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::gpu)).total();
-  if (cfg_.train.gpu.empty()) return;
-  const GpuSpec& gpu = *find_gpu(cfg_.train.gpu);  // validate() checked the name
   const MemoryEstimate e =
       estimate_memory(cfg_.model, layout, plan_target_of(cfg_, PlanDevice::gpu));
+  planned_gpu_bytes_ = e.total();
+  if (cfg_.train.gpu.empty()) return;
+  const GpuSpec& gpu = *find_gpu(cfg_.train.gpu);  // validate() checked the name
   const double budget = static_cast<double>(gpu.memory_bytes);
   const std::string why = explain_memory(e, budget, std::string(gpu.label));
   if (e.total() > budget) {
