@@ -44,10 +44,10 @@ std::string manifest_to_json(const Manifest& m) {
   j["model"] = {{"name", mc.name},       {"layers", mc.layers}, {"d_model", mc.d_model},
                 {"heads", mc.heads},     {"ffn", mc.ffn_dim()}, {"vocab", mc.vocab},
                 {"context", mc.context}, {"vocab_multiple", mc.vocab_multiple}};
-  const CheckpointLayout& l = m.layout;
-  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero1", l.zero1},
+  const Layout& l = m.layout;
+  j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero1", l.zero1_active()},
                  {"virtual_stages", l.virtual_stages}, {"stage_layers", l.stage_layers},
-                 {"precision", l.precision}};
+                 {"precision", to_string(m.precision)}};
   j["data"] = {{"train", m.data_train}, {"tokenizer", m.tokenizer}};
   json files = json::array();
   for (const ShardFileInfo& f : m.files) {
@@ -107,7 +107,12 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
     m.layout.zero1 = l.at("zero1").get<bool>();
     m.layout.virtual_stages = l.at("virtual_stages").get<int64_t>();
     m.layout.stage_layers = l.at("stage_layers").get<std::vector<int64_t>>();
-    m.layout.precision = l.at("precision").get<std::string>();
+    const std::string precision = l.at("precision").get<std::string>();
+    if (precision != "fp32" && precision != "bf16") {
+      throw UserError(fmt::format("{}: layout.precision = \"{}\": expected \"fp32\" or \"bf16\"",
+                                  where, precision));
+    }
+    m.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     m.data_train = j.at("data").value("train", "");
     m.tokenizer = j.at("data").value("tokenizer", "");
     for (const json& f : j.at("files")) {

@@ -225,10 +225,10 @@ std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify) {
   line(fmt::format("model {}: {} layers, d_model {}, {} heads, ffn {}, vocab {} (multiple {}), "
                    "context {}", mc.name, mc.layers, mc.d_model, mc.heads, mc.ffn_dim(), mc.vocab,
                    mc.vocab_multiple, mc.context));
-  const CheckpointLayout& l = m.layout;
+  const Layout& l = m.layout;
   line(fmt::format("saved with tp {} x pp {} x dp {}, ZeRO-1 {}, virtual stages {}, stage layers "
                    "[{}], precision {}", l.tp, l.pp, l.dp, l.zero1 ? "on" : "off",
-                   l.virtual_stages, fmt::join(l.stage_layers, ", "), l.precision));
+                   l.virtual_stages, fmt::join(l.stage_layers, ", "), to_string(m.precision)));
   if (!m.data_train.empty() || !m.tokenizer.empty()) {
     line(fmt::format("data {}, tokenizer {}", m.data_train, m.tokenizer));
   }

@@ -18,7 +18,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
 
   struct Args {
     std::string model;
-    std::string precision = "fp32";
+    std::string precision = "fp32", device = "cpu";
     TrainBenchOptions opts;
   };
   auto args = std::make_shared<Args>();
@@ -34,7 +34,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   train->add_option("--peak-tflops", args->opts.peak_tflops,
                     "0 = the GPU's bf16 peak, or measure this machine's fp32 peak")
       ->capture_default_str();
-  train->add_option("--device", args->opts.device, "cpu or cuda")->capture_default_str();
+  train->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
   train->callback([&run, args] {
     run = [args] {
       if (args->precision != "fp32" && args->precision != "bf16") {
@@ -45,7 +45,11 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
         throw UserError("bench train: --micro-batch, --seq, --steps and --micro-steps must be "
                         ">= 1, --warmup >= 0");
       }
+      if (args->device != "cpu" && args->device != "cuda") {
+        throw UserError(fmt::format("--device {}: expected cpu or cuda", args->device));
+      }
       args->opts.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      args->opts.device = args->device == "cuda" ? Device::cuda : Device::cpu;
       ModelConfig m = load_model_config(args->model);
       auto backend = make_backend(args->opts.device);
       const TrainBenchResult r = bench_train(m, args->opts, *backend);
@@ -60,9 +64,9 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   ckpt->add_option("-m,--model", ck->first, "model preset TOML")->required();
   ckpt->add_option("--dir", ck->second.dir, "directory (or s3:// prefix) to write into")
       ->required();
-  ckpt->add_option("--tp", ck->second.tp)->capture_default_str();
-  ckpt->add_option("--pp", ck->second.pp)->capture_default_str();
-  ckpt->add_flag("--zero1", ck->second.zero1, "every dp rank saves its optimizer slice");
+  ckpt->add_option("--tp", ck->second.layout.tp)->capture_default_str();
+  ckpt->add_option("--pp", ck->second.layout.pp)->capture_default_str();
+  ckpt->add_flag("--zero1", ck->second.layout.zero1, "every dp rank saves its optimizer slice");
   ckpt->add_flag("--async", ck->second.async, "write from a background thread");
   ckpt->add_option("--repeats", ck->second.repeats)->capture_default_str();
   ckpt->callback([&run, ck] {

@@ -89,7 +89,7 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
 void add_convert(CLI::App& ckpt, VerbRunner& run) {
   struct Args {
     std::string path, output;
-    TargetLayout layout;
+    Layout layout;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = ckpt.add_subcommand("convert", "write a checkpoint for another layout (tp, pp, "

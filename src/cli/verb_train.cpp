@@ -31,7 +31,7 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
               ? parse_run_config(kEmbeddedDemoToml, "<embedded inputs/runs/demo.toml>",
                                  args->overrides)
               : load_run_config(args->config, args->overrides);
-      auto backend = make_backend(cfg.train.device);
+      auto backend = make_backend(cfg.parallel.device);
       install_stop_signal_handlers();
       Trainer trainer(cfg, *backend, make_world_comm(*backend));
       const TrainSummary s = trainer.run();

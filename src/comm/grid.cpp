@@ -31,6 +31,7 @@ Grid::Grid(std::shared_ptr<Comm> world, int tp, int pp) : world_(std::move(world
   mp_ = world_->split(dp_rank_, pp_rank_ * tp_size_ + tp_rank_, "model-parallel");
   const bool ends = first_stage() || last_stage();
   embedding_ = world_->split(ends ? dp_rank_ * tp_size_ + tp_rank_ : -1, pp_rank_, "embedding");
+  if (!embedding_) embedding_ = make_solo_comm("embedding");  // a middle stage
 }
 
 }  // namespace jumbo

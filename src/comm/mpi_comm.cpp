@@ -89,6 +89,35 @@ class MpiComm final : public Comm {
     MPI_Allreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
                   comm_);
   }
+  // Packed into one host buffer (grown once, then reused), reduced, unpacked.
+  void all_reduce_coalesced(std::span<const Tensor> ts, ReduceOp op) override {
+    const BlockingOp watch("all_reduce (coalesced)", name_);
+    size_t bytes = 0;
+    for (const Tensor& t : ts) {
+      if (t.dtype != ts.front().dtype) {
+        throw std::logic_error(fmt::format("{}: all_reduce_coalesced of {} and {}", name_,
+                                           ts.front().describe(), t.describe()));
+      }
+      count(t);
+      bytes += t.bytes();
+    }
+    if (size_ == 1 || ts.empty()) return;
+    if (packed_.size() < bytes) packed_.resize(bytes);
+    size_t at = 0;
+    for (const Tensor& t : ts) {
+      std::memcpy(packed_.data() + at, t.data, t.bytes());
+      at += t.bytes();
+    }
+    const DType dtype = ts.front().dtype;
+    const Tensor whole(packed_.data(), dtype, {static_cast<int64_t>(bytes / dtype_size(dtype))});
+    MPI_Allreduce(MPI_IN_PLACE, whole.data, count_of(whole), mpi_type(dtype), mpi_op(dtype, op),
+                  comm_);
+    at = 0;
+    for (const Tensor& t : ts) {
+      std::memcpy(t.data, packed_.data() + at, t.bytes());
+      at += t.bytes();
+    }
+  }
   CommRequest iall_reduce(Tensor t, ReduceOp op) override {
     count(t);
     if (size_ == 1) return {};
@@ -248,6 +277,7 @@ class MpiComm final : public Comm {
   int size_ = 1;
   std::vector<MPI_Request> requests_;
   std::vector<int> free_;
+  std::vector<char> packed_;  // all_reduce_coalesced's staging buffer
 };
 
 }  // namespace

@@ -100,6 +100,18 @@ class NcclComm final : public Comm {
                         compute_),
           "ncclAllReduce");
   }
+  // One NCCL group: NCCL fuses the reductions into one launch, with no staging copy.
+  void all_reduce_coalesced(std::span<const Tensor> ts, ReduceOp op) override {
+    for (const Tensor& t : ts) count(t);
+    if (size_ == 1 || ts.empty()) return;
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (const Tensor& t : ts) {
+      check(ncclAllReduce(t.data, t.data, t.numel(), nccl_type(t.dtype), nccl_op(op), comm_,
+                          compute_),
+            "ncclAllReduce");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
   CommRequest iall_reduce(Tensor t, ReduceOp op) override {
     count(t);
     if (size_ == 1) return {};

@@ -20,6 +20,7 @@ class SoloComm final : public Comm {
 
   void all_reduce(Tensor, ReduceOp) override {}
   CommRequest iall_reduce(Tensor, ReduceOp) override { return {}; }
+  void all_reduce_coalesced(std::span<const Tensor>, ReduceOp) override {}
   void reduce_scatter(Tensor in, Tensor out) override { copy_if_distinct(out, in); }
   CommRequest ireduce_scatter(Tensor in, Tensor out) override {
     copy_if_distinct(out, in);

@@ -7,7 +7,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -103,11 +105,14 @@ void remove_async_error_check(int id) {
   c.checks.erase(id);
 }
 
-BlockingOp::BlockingOp(const char* op, const std::string& group) {
+BlockingOp::BlockingOp(const char* op, std::string_view group) {
   WatchState& s = state();
   if (!s.running.load()) return;
+  const size_t n = std::min(group.size(), group_.size() - 1);
+  std::memcpy(group_.data(), group.data(), n);
+  group_[n] = '\0';
   s.op = op;
-  s.group = group.c_str();
+  s.group = group_.data();
   s.started_ns = now_ns();
   armed_ = true;
 }

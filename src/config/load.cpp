@@ -20,7 +20,35 @@
 namespace jumbo {
 namespace {
 
-enum class Kind { integer, seed, number, string, precision, boolean, integer_list };
+enum class Kind { integer, seed, number, string, choice, boolean, integer_list };
+
+// A key whose value is one of a few names, stored as an enum: the names in enum order (the
+// enum's values are 0, 1, ...) and how to read and write the field.
+struct Choice {
+  std::vector<std::string_view> names;
+  size_t (*get)(const void* field);
+  void (*set)(void* field, size_t index);
+  std::string expected() const {  // "\"fp32\" or \"bf16\""
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      out += i == 0 ? "" : (i + 1 == names.size() ? " or " : ", ");
+      out += fmt::format("\"{}\"", names[i]);
+    }
+    return out;
+  }
+};
+
+template <typename E, size_t N>
+const Choice* choice_of() {
+  static const Choice c = [] {
+    Choice out;
+    for (size_t i = 0; i < N; ++i) out.names.emplace_back(to_string(static_cast<E>(i)));
+    out.get = [](const void* f) { return static_cast<size_t>(*static_cast<const E*>(f)); };
+    out.set = [](void* f, size_t i) { *static_cast<E*>(f) = static_cast<E>(i); };
+    return out;
+  }();
+  return &c;
+}
 
 template <typename T>
 constexpr Kind kind_of() {
@@ -31,15 +59,24 @@ constexpr Kind kind_of() {
   else if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
   else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return Kind::integer_list;
   else {
-    static_assert(std::is_same_v<T, Precision>, "config field of an unsupported type");
-    return Kind::precision;
+    static_assert(std::is_enum_v<T>, "config field of an unsupported type");
+    return Kind::choice;
   }
+}
+
+template <typename T>
+const Choice* choice_for() {
+  if constexpr (std::is_same_v<T, Precision>) return choice_of<Precision, 2>();
+  else if constexpr (std::is_same_v<T, Recompute>) return choice_of<Recompute, 3>();
+  else if constexpr (std::is_same_v<T, Device>) return choice_of<Device, 2>();
+  else return nullptr;
 }
 
 struct Field {
   std::string_view key;
   Kind kind;
   void* (*address)(RunConfig&);
+  const Choice* choice = nullptr;  // Kind::choice
 };
 
 struct Section {
@@ -47,12 +84,15 @@ struct Section {
   std::vector<Field> fields;
 };
 
-// A field named like the struct member it fills, typed from that member.
-#define JUMBO_FIELD(section, member)                                                     \
+// A key named like the struct member it fills, typed from that member; JUMBO_KEY for a key
+// whose member lives elsewhere.
+#define JUMBO_KEY(key, member)                                                           \
   Field {                                                                                \
-    #member, kind_of<std::remove_cvref_t<decltype(std::declval<RunConfig&>().section.member)>>(), \
-        [](RunConfig& c) -> void* { return &c.section.member; }                          \
+    key, kind_of<std::remove_cvref_t<decltype(std::declval<RunConfig&>().member)>>(),     \
+        [](RunConfig& c) -> void* { return &c.member; },                                 \
+        choice_for<std::remove_cvref_t<decltype(std::declval<RunConfig&>().member)>>()   \
   }
+#define JUMBO_FIELD(section, member) JUMBO_KEY(#member, section.member)
 
 const std::vector<Section>& schema() {
   static const std::vector<Section> sections = {
@@ -76,7 +116,9 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, beta1), JUMBO_FIELD(train, beta2), JUMBO_FIELD(train, eps),
         JUMBO_FIELD(train, grad_clip), JUMBO_FIELD(train, seed), JUMBO_FIELD(train, precision),
         JUMBO_FIELD(train, eval_every), JUMBO_FIELD(train, eval_batches),
-        JUMBO_FIELD(train, threads), JUMBO_FIELD(train, device), JUMBO_FIELD(train, gpu)}},
+        JUMBO_FIELD(train, threads),
+        // The device is part of the layout; users have always set it with the run's training.
+        JUMBO_KEY("device", parallel.device), JUMBO_FIELD(train, gpu)}},
       {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
       {"checkpoint",
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
@@ -91,6 +133,7 @@ const std::vector<Section>& schema() {
   return sections;
 }
 #undef JUMBO_FIELD
+#undef JUMBO_KEY
 
 const Section& model_section() { return schema().front(); }
 
@@ -232,12 +275,12 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
       }
       return;
     }
-    case Kind::precision: {
+    case Kind::choice: {
       auto str = v.as_string();
-      if (str && str->get() == "fp32") *static_cast<Precision*>(target) = Precision::fp32;
-      else if (str && str->get() == "bf16") *static_cast<Precision*>(target) = Precision::bf16;
-      else bad_value(at, s, f, v, "\"fp32\" or \"bf16\"");
-      return;
+      for (size_t i = 0; str && i < f.choice->names.size(); ++i) {
+        if (str->get() == f.choice->names[i]) return f.choice->set(target, i);
+      }
+      bad_value(at, s, f, v, f.choice->expected());
     }
   }
 }
@@ -355,7 +398,7 @@ Override parse_override(const std::string& text) {
       parsed = doc.size() == 1 && doc.contains("v");
     } catch (const toml::parse_error&) {
     }
-    const bool textual = o.field->kind == Kind::string || o.field->kind == Kind::precision;
+    const bool textual = o.field->kind == Kind::string || o.field->kind == Kind::choice;
     // A path like 2024 or true is still a path when the key wants text.
     if (parsed && textual && !doc.get("v")->is_string()) parsed = false;
     if (parsed) o.holder.insert("v", *doc.get("v"));
@@ -423,7 +466,7 @@ std::string describe(const RunConfig& cfg_in) {
         case Kind::seed: value = fmt::format("{}", *static_cast<const uint64_t*>(p)); break;
         case Kind::number: value = number_text(*static_cast<const double*>(p)); break;
         case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
-        case Kind::precision: value = toml_quoted(to_string(*static_cast<const Precision*>(p))); break;
+        case Kind::choice: value = toml_quoted(f.choice->names[f.choice->get(p)]); break;
         case Kind::boolean: value = *static_cast<const bool*>(p) ? "true" : "false"; break;
         case Kind::integer_list: {
           const auto& list = *static_cast<const std::vector<int64_t>*>(p);

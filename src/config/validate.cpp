@@ -64,25 +64,38 @@ void check_model(const Checks& c, const ModelConfig& m) {
   c.positive("model.vocab_multiple", m.vocab_multiple);
 }
 
-// Returns dp (1 when the world size is not known yet).
-int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
-  const ParallelConfig& p = cfg.parallel;
-  const ModelConfig& m = cfg.model;
-  c.at_least("parallel.tp", p.tp, 1);
-  c.at_least("parallel.pp", p.pp, 1);
-  c.at_least("parallel.micro_batch", p.micro_batch, 1);
-  c.at_least("parallel.bucket_size", p.bucket_size, 1);
-  c.at_least("parallel.virtual_stages", p.virtual_stages, 1);
+// A layout key as the user wrote it: "parallel.virtual_stages = 2" or "--virtual-stages 2".
+std::string key_of(LayoutKeys keys, std::string_view name) {
+  if (keys == LayoutKeys::config) return fmt::format("parallel.{}", name);
+  std::string flag = fmt::format("--{}", name);
+  for (char& ch : flag)
+    if (ch == '_') ch = '-';
+  return flag;
+}
+template <typename T>
+std::string setting(LayoutKeys keys, std::string_view name, const T& value) {
+  return fmt::format("{}{}{}", key_of(keys, name), keys == LayoutKeys::config ? " = " : " ", value);
+}
+
+void check_layout(const Checks& c, const Layout& p, const ModelConfig& m, LayoutKeys keys) {
+  auto set = [keys](std::string_view name, const auto& value) { return setting(keys, name, value); };
+  for (const auto& [name, value] : {std::pair<std::string_view, int64_t>{"tp", p.tp},
+                                    {"pp", p.pp}, {"dp", p.dp}, {"micro_batch", p.micro_batch},
+                                    {"bucket_size", p.bucket_size},
+                                    {"virtual_stages", p.virtual_stages}}) {
+    c.require(value >= 1, "{}: expected >= 1", set(name, value));
+  }
   if (p.virtual_stages > 1) {
     c.require(p.pp > 1 && m.layers % (p.pp * p.virtual_stages) == 0 && p.stage_layers.empty(),
-              "parallel.virtual_stages = {}: interleaving needs parallel.pp > 1 (now {}), "
-              "model.layers = {} divisible by pp x virtual_stages, and no parallel.stage_layers",
-              p.virtual_stages, p.pp, m.layers);
+              "{}: interleaving needs {} > 1 (now {}), model.layers = {} divisible by pp x "
+              "virtual_stages, and no {}",
+              set("virtual_stages", p.virtual_stages), key_of(keys, "pp"), p.pp, m.layers,
+              key_of(keys, "stage_layers"));
   }
   c.require(!p.sequence_parallel || m.context % p.tp == 0,
-            "parallel.sequence_parallel = true with parallel.tp = {}: model.context = {} must "
-            "be divisible by tp (each tp rank holds context / tp positions)",
-            p.tp, m.context);
+            "{} with {}: model.context = {} must be divisible by tp (each tp rank holds "
+            "context / tp positions)",
+            set("sequence_parallel", "true"), set("tp", p.tp), m.context);
   if (!p.stage_layers.empty()) {
     int64_t sum = 0;
     bool positive = true;
@@ -91,24 +104,24 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
       positive = positive && n >= 1;
     }
     c.require(static_cast<int64_t>(p.stage_layers.size()) == p.pp && positive && sum == m.layers,
-              "parallel.stage_layers has {} entries summing to {}: expected parallel.pp = {} "
-              "entries, each >= 1, summing to model.layers = {}",
-              p.stage_layers.size(), sum, p.pp, m.layers);
+              "{} has {} entries summing to {}: expected {} entries, each >= 1, summing to "
+              "model.layers = {}",
+              key_of(keys, "stage_layers"), p.stage_layers.size(), sum, set("pp", p.pp), m.layers);
   }
-  c.require(p.recompute == "none" || p.recompute == "selective" || p.recompute == "full",
-            "parallel.recompute = \"{}\": expected \"none\", \"selective\" or \"full\"",
-            p.recompute);
+  c.require(m.heads % p.tp == 0, "{} does not divide model.heads = {}", set("tp", p.tp), m.heads);
+  c.require(m.ffn_dim() % p.tp == 0, "{} does not divide the ffn width {}", set("tp", p.tp),
+            m.ffn_dim());
+  c.require(p.pp <= m.layers, "{} exceeds model.layers = {}: every pipeline stage needs a layer",
+            set("pp", p.pp), m.layers);
+}
+
+// Returns dp (1 when the world size is not known yet).
+int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
+  const ParallelConfig& p = cfg.parallel;
+  check_layout(c, p, cfg.model, LayoutKeys::config);
   c.require(p.comm_timeout_s > 0 && std::isfinite(p.comm_timeout_s),
             "parallel.comm_timeout_s = {}: expected a positive number of seconds",
             p.comm_timeout_s);
-
-  c.require(m.heads % p.tp == 0, "parallel.tp = {} does not divide model.heads = {}", p.tp,
-            m.heads);
-  c.require(m.ffn_dim() % p.tp == 0, "parallel.tp = {} does not divide the ffn width {}", p.tp,
-            m.ffn_dim());
-  c.require(p.pp <= m.layers,
-            "parallel.pp = {} exceeds model.layers = {}: every pipeline stage needs a layer",
-            p.pp, m.layers);
   if (world_size == 0) return 1;
   c.require(world_size > 0, "world size {}: expected >= 1 process", world_size);
   const int64_t model_parallel = product(p.tp, p.pp);
@@ -120,8 +133,6 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
 }
 
 void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
-  c.require(cfg.train.device == "cpu" || cfg.train.device == "cuda",
-            "train.device = \"{}\": expected \"cpu\" or \"cuda\"", cfg.train.device);
   c.require(cfg.train.gpu.empty() || find_gpu(cfg.train.gpu) != nullptr,
             "train.gpu = \"{}\": expected one of {} (or \"\" for none)", cfg.train.gpu,
             known_gpu_names());
@@ -236,7 +247,9 @@ void validate_model(const ModelConfig& m, const std::string& source) {
   check_model(Checks(source), m);
 }
 
-void validate(const RunConfig& cfg, int world_size) {
+namespace {
+// dp: what the world leaves, or (world_size 0) 1.
+int64_t check_run(const RunConfig& cfg, int world_size) {
   const Checks c(cfg.source);
   check_model(c, cfg.model);
   const int64_t dp = check_parallel(c, cfg, world_size);
@@ -244,6 +257,24 @@ void validate(const RunConfig& cfg, int world_size) {
   check_data(c, cfg);
   check_checkpoint(c, cfg.checkpoint);
   check_log(c, cfg.log);
+  return dp;
+}
+}  // namespace
+
+void validate(const RunConfig& cfg, int world_size) { check_run(cfg, world_size); }
+
+RunConfig validated_for_world(const RunConfig& cfg, int world_size) {
+  RunConfig out = cfg;
+  out.parallel.dp = 1;  // the dp of an earlier world does not count against this one
+  out.parallel.dp = check_run(out, world_size);
+  return out;
+}
+
+void validate_layout(const Layout& layout, const ModelConfig& model, const std::string& source,
+                     LayoutKeys keys) {
+  const Checks c(source);
+  check_model(c, model);
+  check_layout(c, layout, model, keys);
 }
 
 }  // namespace jumbo

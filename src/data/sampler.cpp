@@ -40,8 +40,9 @@ uint64_t feistel(uint64_t x, uint64_t key, int half_bits) {
 
 }  // namespace
 
-GptSampler::GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed, bool shuffle)
-    : data_(data), seq_len_(seq_len), seed_(seed), shuffle_(shuffle) {
+GptSampler::GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed,
+                       SampleOrder order)
+    : data_(data), seq_len_(seq_len), seed_(seed), shuffle_(order == SampleOrder::shuffled) {
   if (seq_len <= 0) {
     throw UserError(fmt::format("{}: context {} for sampling, expected a positive length",
                                 data.prefix(), seq_len));

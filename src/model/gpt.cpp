@@ -70,25 +70,32 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
   // GPT-2/3: residual output projections scaled by 1/sqrt(2 x layers).
   const float resid_std = std / std::sqrt(2.0f * static_cast<float>(l));
   const auto N = InitKind::normal, ONE = InitKind::ones, ZERO = InitKind::zeros;
+  // Sequence parallelism splits the norms' and the position embedding's inputs over tp.
+  const bool sp = opts.sequence_parallel && tp_size > 1;
+  auto sequence_split = [sp](ParamInfo p) {
+    p.sequence_partial = sp;
+    return p;
+  };
   // The tied embedding comes first in the flat buffer on the first and the last stage: its
   // gradient is final only after the embedding-group sum, so its bucket is reduced last.
   if (opts.has_embedding || opts.has_head) {
     ParamInfo wte = make_param("embedding.word", {vocab_padded, c}, {tp_rank * vocab_local, 0},
                                {vocab_local, c}, N, std, true, false);
+    wte.tied_embedding = true;
     wte.pipeline_copy = !opts.has_embedding;
     wte.valid_rows = cfg.vocab;
     out.push_back(wte);
   }
   if (opts.has_embedding) {
-    out.push_back(make_param("embedding.position", {cfg.context, c}, {0, 0}, {cfg.context, c}, N,
-                             std, true, true));
+    out.push_back(sequence_split(make_param("embedding.position", {cfg.context, c}, {0, 0},
+                                            {cfg.context, c}, N, std, true, true)));
   }
   for (int64_t chunk = 0; chunk < opts.chunks; ++chunk)
   for (int64_t i = opts.first_layer + chunk * opts.chunk_stride;
        i < opts.first_layer + chunk * opts.chunk_stride + num_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    out.push_back(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    out.push_back(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(sequence_split(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true)));
+    out.push_back(sequence_split(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
     // Column-parallel QKV: rows ordered per head (q, k, v), so a tp rank's heads are contiguous.
     out.push_back(make_param(p + "attn.qkv.weight", {c3, c}, {tp_rank * c3_local, 0},
                              {c3_local, c}, N, std, true, false));
@@ -98,8 +105,8 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
     out.push_back(make_param(p + "attn.proj.weight", {c, c}, {0, tp_rank * c_local},
                              {c, c_local}, N, resid_std, true, false));
     out.push_back(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
-    out.push_back(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    out.push_back(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(sequence_split(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true)));
+    out.push_back(sequence_split(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
     out.push_back(make_param(p + "mlp.fc1.weight", {f, c}, {tp_rank * ffn_local, 0},
                              {ffn_local, c}, N, std, true, false));
     out.push_back(make_param(p + "mlp.fc1.bias", {f}, {tp_rank * ffn_local}, {ffn_local}, ZERO, 0,
@@ -109,8 +116,8 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
     out.push_back(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
   }
   if (opts.has_head) {
-    out.push_back(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true));
-    out.push_back(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    out.push_back(sequence_split(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true)));
+    out.push_back(sequence_split(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
   }
   return out;
 }
@@ -141,16 +148,6 @@ void GptModel::register_params() {
   if (opts_.has_head) {
     lnf_w_ = next++;
     lnf_b_ = next++;
-  }
-  if (sp_) {
-    // Norms and the position embedding see only this rank's part of the sequence.
-    for (size_t i = params_.size(); i-- > 0;) {
-      const std::string& name = params_.info(static_cast<int>(i)).name;
-      const bool norm = name.find("ln1.") != std::string::npos ||
-                        name.find("ln2.") != std::string::npos ||
-                        name.find("final_norm.") != std::string::npos;
-      if (norm || static_cast<int>(i) == wpe_) sequence_partial_.push_back(static_cast<int>(i));
-    }
   }
 }
 

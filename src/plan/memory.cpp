@@ -6,31 +6,9 @@
 
 #include <algorithm>
 
-#include "jumbo/model/gpt.h"
-#include "jumbo/model/stages.h"
+#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
-
-std::string PlanLayout::describe() const {
-  std::string out = fmt::format("tp {} x pp {} x dp {}, micro batch {}, recompute {}", tp, pp,
-                                dp, micro_batch, recompute);
-  if (virtual_stages > 1) out += fmt::format(", {} chunks per stage", virtual_stages);
-  if (zero1) out += ", ZeRO-1";
-  if (sequence_parallel && tp > 1) out += ", sequence parallel";
-  return out;
-}
-
-int64_t microbatches_per_step(const PlanLayout& l, const PlanTarget& t) {
-  return std::max<int64_t>(1, t.global_batch / std::max<int64_t>(1, l.micro_batch * l.dp));
-}
-
-int64_t in_flight_microbatches(int64_t pp, int64_t stage, int64_t microbatches, int64_t v) {
-  if (pp <= 1) return 1;
-  if (v <= 1) return std::min(pp - stage, microbatches);
-  // Interleaved: counted in chunk-microbatches (each holds 1/v of the stage's layers).
-  const int64_t warmup = 2 * (pp - stage - 1) + (v - 1) * pp;
-  return std::min(warmup + 1, microbatches * v);
-}
 
 double runtime_bytes(PlanDevice device) {
   // GPU: CUDA context with lazy loading (~0.5 GiB), NCCL buffers of five communicators
@@ -58,18 +36,18 @@ double cpu_layer_bytes(const Shape& x, double t, bool sp, bool core_attention) {
   return bytes;
 }
 
-double cpu_activations(const Shape& x, const PlanLayout& l, double t, bool first, bool last,
-                       int64_t layers, int64_t slots, int64_t chunks, int64_t microbatches) {
-  const bool sp = l.sequence_parallel && l.tp > 1;
+double cpu_activations(const Shape& x, const Layout& l, double t, bool first, bool last,
+                       int64_t layers, int64_t slots, int64_t chunks, int64_t losses_recorded) {
+  const bool sp = l.sequence_parallel_active();
   const double part = x.b * x.sp * x.c * t, full = x.b * x.s * x.c * t;
   const double n = x.b * x.s;
   // Per slot: token ids, the stage input and (without the embedding) its gradient.
   double slot = 2 * n * 4 + part + ((!first || chunks > 1) ? part : 0);
   double shared = 0;
-  if (l.recompute == "full") {
+  if (l.recompute == Recompute::full) {
     slot += layers * part;  // each layer's output (the next one's input)
     shared += cpu_layer_bytes(x, t, sp, true);
-  } else if (l.recompute == "selective") {
+  } else if (l.recompute == Recompute::selective) {
     slot += layers * cpu_layer_bytes(x, t, sp, false);
     shared += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;
   } else {
@@ -78,7 +56,7 @@ double cpu_activations(const Shape& x, const PlanLayout& l, double t, bool first
   double bytes = slot * static_cast<double>(slots) + shared;
   if (last) {  // final norm, logits, cross-entropy parts, the step's recorded losses
     bytes += part + (sp ? full : 0) + 2 * x.b * x.sp * 4 + n * x.vl * t + 4 * n * 4 +
-             4 * n * static_cast<double>(microbatches);
+             4 * n * static_cast<double>(losses_recorded);
   }
   // Backward buffers shared by all layers: proj_out, dresidual, dln, datty, dqkv, dfch,
   // dfch_gelu, dprobs, and the sequence-parallel staging copies.
@@ -100,10 +78,11 @@ double gpu_layer_bytes(const Shape& x) {
   return norm_regions + tp_regions + stats;
 }
 
-double gpu_activations(const Shape& x, const PlanLayout& l, bool last, int64_t layers,
+double gpu_activations(const Shape& x, const Layout& l, bool last, int64_t layers,
                        int64_t slots) {
   const double part = 2 * x.b * x.sp * x.c;
-  double per_microbatch = l.recompute == "full" ? layers * part : layers * gpu_layer_bytes(x);
+  double per_microbatch =
+      l.recompute == Recompute::full ? layers * part : layers * gpu_layer_bytes(x);
   double bytes = per_microbatch * static_cast<double>(slots);
   // One layer being recomputed or back-propagated at a time: its activations and their
   // gradients live while it runs.
@@ -118,34 +97,29 @@ double gpu_activations(const Shape& x, const PlanLayout& l, bool last, int64_t l
 
 }  // namespace
 
-MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
-                                     const PlanTarget& t, int64_t stage) {
-  const StageLayers sl = stage_layer_range(m, l.pp, stage, l.virtual_stages, l.stage_layers);
-  GptOptions opts;
-  opts.first_layer = sl.first_layer;
-  opts.num_layers = sl.num_layers;
-  opts.chunks = sl.chunks;
-  opts.chunk_stride = sl.chunk_stride;
-  opts.has_embedding = stage == 0;
-  opts.has_head = stage == l.pp - 1;
+MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, const PlanTarget& t,
+                                     int64_t stage) {
+  const StepShape shape{.global_batch = t.global_batch, .seq = t.seq, .precision = t.precision};
+  const StagePlan plan = plan_stage(m, l, shape, {.tp_rank = 0, .dp_rank = 0,
+                                                  .pp_rank = static_cast<int>(stage)});
   int64_t params = 0;
-  for (const ParamInfo& p : gpt_stage_params(m, opts, 0, l.tp)) params += p.numel();
+  for (size_t i = 0; i < plan.params.size(); ++i) params += plan.params.info(static_cast<int>(i)).numel();
   // The flat buffers are padded so dp shards divide them.
   params = (params + l.dp - 1) / l.dp * l.dp;
 
   MemoryEstimate e;
   e.stage = stage;
-  e.layers = sl.num_layers * sl.chunks;
+  e.layers = plan.layers.num_layers * plan.layers.chunks;
   e.params = params;
-  const int64_t micro = microbatches_per_step(l, t);
-  e.in_flight = in_flight_microbatches(l.pp, stage, micro, l.virtual_stages);
+  e.microbatches = plan.microbatches;
+  e.in_flight = plan.model.slots;
   const double n = static_cast<double>(params);
   const bool bf16 = t.precision == Precision::bf16;
-  const bool zero1 = l.zero1 && l.dp > 1;
+  const bool zero1 = l.zero1_active();
   const double dp = static_cast<double>(l.dp);
 
-  const int64_t seq = t.seq > 0 ? t.seq : m.context;
-  const bool sp = l.sequence_parallel && l.tp > 1;
+  const int64_t seq = plan.model.seq;
+  const bool sp = l.sequence_parallel_active();
   Shape x{};
   x.b = static_cast<double>(l.micro_batch);
   x.s = static_cast<double>(seq);
@@ -157,7 +131,7 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
   x.vl = static_cast<double>(m.padded_vocab(l.tp)) / static_cast<double>(l.tp);
 
   // Interleaved stages hold chunk-microbatches of layers / v layers each.
-  const int64_t layers_per_slot = sl.num_layers;
+  const int64_t layers_per_slot = plan.layers.num_layers;
   if (t.device == PlanDevice::gpu) {
     // bf16 weights, the f32 master, f32 main grads and Adam: 18 bytes per parameter. Under
     // ZeRO-1 jumbo shards Adam's moments and keeps an owned gradient shard, but (unlike
@@ -176,7 +150,8 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
     e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
     e.optimizer = zero1 ? 8 * n / dp : 8 * n;
     e.activations = cpu_activations(x, l, t_size, stage == 0, stage == l.pp - 1,
-                                    layers_per_slot, e.in_flight, sl.chunks, micro);
+                                    layers_per_slot, e.in_flight, plan.layers.chunks,
+                                    plan.model.losses_per_read);
     // bf16 GEMM operands are widened to f32 in scratch sized by the largest GEMM.
     double scratch = 0;
     if (bf16) {
@@ -193,7 +168,7 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
   return e;
 }
 
-MemoryEstimate estimate_memory(const ModelConfig& m, const PlanLayout& l, const PlanTarget& t) {
+MemoryEstimate estimate_memory(const ModelConfig& m, const Layout& l, const PlanTarget& t) {
   MemoryEstimate worst;
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     MemoryEstimate e = estimate_stage_memory(m, l, t, stage);

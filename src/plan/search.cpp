@@ -21,16 +21,17 @@ bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
 }  // namespace
 
 void estimate_time(const PlanRequest& r, PlanCandidate& c) {
-  const PlanLayout& l = c.layout;
+  const Layout& l = c.layout;
   const ModelConfig& m = r.model;
   const int64_t seq = r.target.seq > 0 ? r.target.seq : m.context;
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
   const double peak = r.gpu.bf16_tflops * 1e12;
   const double model_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
   // Full recomputation runs each layer's forward twice: 4/3 of the model FLOPs.
-  const double hw_flops = model_flops * (l.recompute == "full" ? 4.0 / 3.0 : 1.0);
+  const bool full = l.recompute == Recompute::full;
+  const double hw_flops = model_flops * (full ? 4.0 / 3.0 : 1.0);
   const double compute = hw_flops / (world * peak * kGemmEfficiency);
-  const int64_t micro = microbatches_per_step(l, r.target);
+  const int64_t micro = c.memory.microbatches;
   c.bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.virtual_stages * micro);
 
   // Tensor parallelism: per layer and microbatch two collectives forward and two backward
@@ -38,7 +39,7 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   // ring inside the node.
   const double act_bytes = 2.0 * static_cast<double>(l.micro_batch * seq * m.d_model);
   const double ring = l.tp > 1 ? 2.0 * static_cast<double>(l.tp - 1) / static_cast<double>(l.tp) : 0;
-  const double passes = l.recompute == "full" ? 6 : 4;
+  const double passes = full ? 6 : 4;
   const double layers = static_cast<double>(c.memory.layers);
   const double tp_time =
       layers * static_cast<double>(micro) * passes * ring * act_bytes / (r.gpu.nvlink_bus_gbps * 1e9);
@@ -48,17 +49,17 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double per_gpu_net = r.gpu.node_network_gbits / 8.0 * 1e9 / static_cast<double>(r.gpus_per_node);
   const double n = static_cast<double>(c.memory.params);
   const double dp_ring = l.dp > 1 ? static_cast<double>(l.dp - 1) / static_cast<double>(l.dp) : 0;
-  const double dp_bytes = l.zero1 ? dp_ring * (4 * n + 2 * n) : 2 * dp_ring * 4 * n;
+  const double dp_bytes = l.zero1_active() ? dp_ring * (4 * n + 2 * n) : 2 * dp_ring * 4 * n;
   const double dp_time = dp_bytes / per_gpu_net;
   // Pipeline: each microbatch's activations cross to the next stage and their gradients back.
   const double pp_time = l.pp > 1 ? static_cast<double>(micro) * 2 * act_bytes /
-                                        static_cast<double>(l.sequence_parallel ? l.tp : 1) / per_gpu_net
+                                        static_cast<double>(l.sequence_parallel_active() ? l.tp : 1) / per_gpu_net
                                   : 0;
   c.step_time_s = compute * (1 + c.bubble) + tp_time + dp_time + pp_time;
   c.mfu = model_flops / (c.step_time_s * world * peak);
 }
 
-PlanCandidate evaluate_layout(const PlanRequest& r, const PlanLayout& l) {
+PlanCandidate evaluate_layout(const PlanRequest& r, const Layout& l) {
   PlanCandidate c;
   c.layout = l;
   c.memory = estimate_memory(r.model, l, r.target);
@@ -82,10 +83,10 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
       const int64_t dp = world / (tp * pp);
       for (int64_t mb : {1, 2, 4, 8}) {
         if (!divides(mb * dp, r.target.global_batch)) continue;
-        for (const char* recompute : {"none", "full"}) {
+        for (Recompute recompute : {Recompute::none, Recompute::full}) {
           for (bool zero1 : {false, true}) {
             if (zero1 && dp == 1) continue;
-            PlanLayout l;
+            Layout l;
             l.tp = tp;
             l.pp = pp;
             l.dp = dp;
@@ -118,12 +119,12 @@ const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fittin
   return best;
 }
 
-std::string layout_overrides(const PlanLayout& l) {
+std::string layout_overrides(const Layout& l) {
   return fmt::format(
       "--set parallel.tp={} --set parallel.pp={} --set parallel.micro_batch={} "
       "--set parallel.recompute={} --set parallel.zero1={} --set parallel.sequence_parallel={}",
-      l.tp, l.pp, l.micro_batch, l.recompute, l.zero1 ? "true" : "false",
-      l.sequence_parallel && l.tp > 1 ? "true" : "false");
+      l.tp, l.pp, l.micro_batch, to_string(l.recompute), l.zero1_active() ? "true" : "false",
+      l.sequence_parallel_active() ? "true" : "false");
 }
 
 std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const std::string& device) {
@@ -160,11 +161,12 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
   out += "  tp  pp   dp  mb recompute zero1 | weights  grads  optim  activ inflight  work |  total | bubble est.MFU\n";
   for (size_t i = 0; i < shown; ++i) {
     const PlanCandidate& c = fitting[i];
-    const PlanLayout& l = c.layout;
+    const Layout& l = c.layout;
     const MemoryEstimate& e = c.memory;
     out += fmt::format("  {:>2} {:>3} {:>4} {:>3} {:<9} {:<5} | {:>7.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8} "
                        "{:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}%\n",
-                       l.tp, l.pp, l.dp, l.micro_batch, l.recompute, l.zero1 ? "yes" : "no",
+                       l.tp, l.pp, l.dp, l.micro_batch, to_string(l.recompute),
+                       l.zero1_active() ? "yes" : "no",
                        gib(e.weights), gib(e.grads), gib(e.optimizer), gib(e.activations),
                        e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, 100 * c.mfu);
   }

@@ -12,7 +12,8 @@
 #include "jumbo/model/gpt.h"
 #include "jumbo/model/init.h"
 #include "jumbo/obs/peak.h"
-#include "jumbo/train/optimizer.h"
+#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/parallel/groups.h"
 #include "jumbo/train/step.h"
 
 namespace jumbo {
@@ -41,18 +42,22 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
                              Backend& backend) {
   ModelConfig m = model;
   if (opts.seq > m.context) m.context = opts.seq;
-  GptOptions g;
-  g.micro_batch = opts.micro_batch;
-  g.seq = opts.seq;
-  g.compute_dtype = compute_dtype_of(opts.precision);
-  g.losses_per_read = opts.micro_steps;
-  auto world = mpi_world();
-  GptModel gpt(m, g, backend, *world);
+  // One rank (each process of an mpirun measures alone).
+  Layout layout;
+  layout.micro_batch = opts.micro_batch;
+  layout.device = opts.device;
+  const StepShape shape{.global_batch = opts.micro_batch * opts.micro_steps, .seq = opts.seq,
+                        .precision = opts.precision};
+  const StagePlan plan = plan_stage(m, layout, shape, GridCoords{});
+  Grid grid(make_solo_comm("world"), 1, 1);
+  const ProcessGroups groups = process_groups(grid, layout);
+  GptModel gpt(m, plan.model, backend, groups.tp);
   gpt.initialize(1234);
-  TrainConfig tc;
-  AdamW opt(gpt.params(), backend, tc);
+  AdamW opt(gpt.params(), backend, TrainConfig{}, plan);
+  GradSync sync(gpt.params(), backend, groups, plan);
+  PipelineRunner pipeline(gpt, groups.pp, plan);
+  const StepParts parts{gpt, pipeline, sync, opt, groups};
   SyntheticBatches source(opts.micro_batch * opts.seq, m.vocab);
-  std::vector<int32_t> tokens(opts.micro_batch * opts.seq), targets(tokens.size());
   const int64_t batch_tokens = opts.micro_batch * opts.micro_steps * opts.seq;
 
   TrainBenchResult r;
@@ -72,8 +77,10 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepResult sr = train_step(gpt, opt, source, opts.micro_steps, batch_tokens, 1e-4, 1.0,
-                                     tokens.data(), targets.data());
+    const StepResult sr = train_step(parts, source, {.microbatches = opts.micro_steps,
+                                                     .batch_tokens = batch_tokens,
+                                                     .lr = 1e-4,
+                                                     .grad_clip = 1.0});
     backend.synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s == 0) r.loss_first = sr.loss;
@@ -102,7 +109,7 @@ std::string describe(const TrainBenchResult& r, const ModelConfig& m,
       m.name, static_cast<double>(r.parameters) / 1e6, o.micro_batch, o.seq, o.micro_steps,
       to_string(o.precision), r.step_time_s, o.steps, r.tokens_per_s, r.flops_per_step / 1e9,
       kModelFlopsFormula, r.model_tflops * 1e3, r.peak_tflops * 1e3,
-      o.peak_tflops > 0 ? "given" : o.device == "cuda" ? "the GPU's bf16 dense peak" : "measured fp32 FMA peak", r.mfu * 100, r.loss_first,
+      o.peak_tflops > 0 ? "given" : o.device == Device::cuda ? "the GPU's bf16 dense peak" : "measured fp32 FMA peak", r.mfu * 100, r.loss_first,
       r.loss_last);
 }
 

@@ -12,7 +12,7 @@
 #include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/checkpoint_io.h"
-#include "jumbo/model/stages.h"
+#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
 namespace {
@@ -42,20 +42,21 @@ void evict(const std::string& dir) {
 CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOptions& o,
                                  Comm& world) {
   const int64_t n = world.size();
-  if (o.tp < 1 || o.pp < 1 || n % (o.tp * o.pp) != 0 || model.heads % o.tp != 0 ||
-      model.layers < o.pp || o.repeats < 1) {
-    throw UserError(fmt::format("bench ckpt: --tp {} x --pp {} does not fit {} ranks and the "
-                                "model ({} heads, {} layers), or --repeats {} < 1", o.tp, o.pp, n,
-                                model.heads, model.layers, o.repeats));
+  Layout layout = o.layout;
+  if (layout.tp < 1 || layout.pp < 1 || n % (layout.tp * layout.pp) != 0 || o.repeats < 1) {
+    throw UserError(fmt::format("bench ckpt: --tp {} x --pp {} does not divide the {} ranks, or "
+                                "--repeats {} < 1", layout.tp, layout.pp, n, o.repeats));
   }
-  const int64_t dp = n / (o.tp * o.pp);
-  const GridCoords at = grid_coords(world.rank(), static_cast<int>(o.tp), static_cast<int>(dp));
-  const bool zero1 = o.zero1 && dp > 1, writer = zero1 || at.dp_rank == 0;
+  layout.dp = n / (layout.tp * layout.pp);
+  validate_layout(layout, model, "bench ckpt", LayoutKeys::flags);
+  const GridCoords at = grid_coords(world.rank(), static_cast<int>(layout.tp),
+                                    static_cast<int>(layout.dp));
+  const bool writer = layout.zero1_active() || at.dp_rank == 0;
   // This rank's state, laid out as the trainer lays it out, filled with random numbers.
-  const RankStateLayout layout =
-      rank_state_layout(model, o.tp, o.pp, dp, 1, zero1, ParallelConfig{}.bucket_size, at);
-  std::vector<float> master(static_cast<size_t>(layout.params.total_numel())),
-      m(static_cast<size_t>(layout.state_elems)), v(static_cast<size_t>(layout.state_elems));
+  const StagePlan plan = plan_stage(model, layout, StepShape{}, at);
+  std::vector<float> master(static_cast<size_t>(plan.params.total_numel())),
+      m(static_cast<size_t>(plan.optimizer_state_elems)),
+      v(static_cast<size_t>(plan.optimizer_state_elems));
   std::mt19937 rng(static_cast<uint32_t>(world.rank()));
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (float& x : master) x = normal(rng);
@@ -64,7 +65,7 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
     v[i] = std::abs(normal(rng));
   }
   const std::vector<PieceData> pieces = optimizer_state_pieces(
-      layout.params, layout.ranges, master.data(), m.data(), v.data(), true);
+      plan.params, plan.optimizer_ranges, master.data(), m.data(), v.data(), StateUse::save);
 
   RunConfig cfg;
   cfg.model = model;
@@ -80,8 +81,8 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
     Manifest header;
     header.progress.step = rep;
     header.model = model;
-    header.layout = {o.tp, o.pp, dp, zero1, 1,
-                     stage_layer_range(model, o.pp, 0, 1, {}).per_stage, "fp32"};
+    header.layout = layout;
+    header.layout.stage_layers = plan.layers.per_stage;
     world.barrier();
     double t0 = now_s();
     ckpt.save(header, writer ? pieces : std::vector<PieceData>{}, writer, file);

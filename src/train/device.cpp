@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "jumbo/config/config.h"
@@ -21,10 +22,12 @@ int local_rank_from_launcher() {
   return 0;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "cuda") return make_cuda_backend(local_rank_from_launcher());
-  throw UserError(fmt::format("train.device = \"{}\": expected \"cpu\" or \"cuda\"", device));
+std::unique_ptr<Backend> make_backend(Device device) {
+  switch (device) {
+    case Device::cpu: return make_cpu_backend();
+    case Device::cuda: return make_cuda_backend(local_rank_from_launcher());
+  }
+  throw std::logic_error("make_backend: unknown device");
 }
 
 std::shared_ptr<Comm> make_world_comm(Backend& backend) {

@@ -1,48 +1,20 @@
 #include "jumbo/train/grad_sync.h"
 
-#include <algorithm>
-#include <stdexcept>
+#include <span>
 
 namespace jumbo {
 
-std::vector<std::pair<int64_t, int64_t>> dp_buckets(int64_t total, int64_t dp_size,
-                                                    int64_t bucket_elems) {
-  if (total % dp_size != 0) throw std::logic_error("GradSync: flat buffer not padded to dp");
-  const int64_t size = std::max<int64_t>(dp_size, (bucket_elems + dp_size - 1) / dp_size * dp_size);
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (int64_t b = 0; b < total; b += size) out.emplace_back(b, std::min(total, b + size));
-  return out;
-}
-
-std::vector<OptimRange> optimizer_ranges(const ParamStore& params,
-                                         const std::vector<std::pair<int64_t, int64_t>>& buckets,
-                                         int64_t dp_size, int64_t dp_rank, bool zero1,
-                                         int64_t* state_elems) {
-  // Every parameter (plain), or its intersection with the owned shard of each bucket (ZeRO-1),
-  // in flat order.
-  std::vector<OptimRange> ranges;
+GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& groups,
+                   const StagePlan& plan)
+    : params_(params),
+      backend_(backend),
+      dp_(groups.dp),
+      tp_(groups.tp),
+      embedding_(groups.embedding),
+      zero1_(plan.zero1) {
+  const int64_t n = dp_.size();
   int64_t local = 0;
-  for (const auto& [begin, end] : buckets) {
-    const int64_t shard = (end - begin) / dp_size;
-    const int64_t lo = zero1 ? begin + dp_rank * shard : begin;
-    const int64_t hi = zero1 ? lo + shard : end;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const ParamInfo& p = params.info(static_cast<int>(i));
-      const int64_t s = std::max(lo, p.flat_offset), e = std::min(hi, p.flat_offset + p.numel());
-      if (s < e) ranges.push_back({s, zero1 ? local + (s - lo) : s, e - s, static_cast<int>(i)});
-    }
-    if (zero1) local += shard;
-  }
-  if (state_elems) *state_elems = zero1 ? local : params.total_numel();
-  return ranges;
-}
-
-GradSync::GradSync(ParamStore& params, Backend& backend, Comm& dp, int64_t bucket_elems,
-                   bool zero1)
-    : params_(params), backend_(backend), dp_(dp), zero1_(zero1 && dp.size() > 1) {
-  const int64_t n = dp.size();
-  int64_t local = 0;
-  for (const auto& [begin, end] : dp_buckets(params.total_numel(), n, bucket_elems)) {
+  for (const auto& [begin, end] : plan.buckets) {
     Bucket& b = buckets_.emplace_back();
     b.begin = begin;
     b.end = end;
@@ -50,12 +22,16 @@ GradSync::GradSync(ParamStore& params, Backend& backend, Comm& dp, int64_t bucke
     if (zero1_) local += (end - begin) / n;
   }
   next_ = buckets_.size();
-  std::vector<std::pair<int64_t, int64_t>> bounds;
-  for (const Bucket& b : buckets_) bounds.emplace_back(b.begin, b.end);
-  ranges_ = optimizer_ranges(params, bounds, n, dp.rank(), zero1_, &state_elems_);
   if (zero1_) {
     owned_arena_ = backend.make_arena(static_cast<size_t>(local) * 4 + Arena::kAlign, "zero1-grads");
     owned_grads_ = owned_arena_.alloc(DType::f32, {local});
+  }
+  for (size_t i = params.size(); i-- > 0;) {
+    const ParamInfo& p = params.info(static_cast<int>(i));
+    if (p.tied_embedding) tied_embedding_ = static_cast<int>(i);
+    if (!p.sequence_partial) continue;
+    partial_.push_back({p.flat_offset, params.grad(static_cast<int>(i))});
+    partial_grads_.push_back(partial_.back().grad);
   }
 }
 
@@ -64,6 +40,17 @@ Tensor GradSync::optimizer_grads() const { return zero1_ ? owned_grads_ : params
 void GradSync::start_step() {
   for (Bucket& b : buckets_) b.launched = false;
   next_ = buckets_.size();
+  partial_done_ = 0;
+}
+
+void GradSync::sum_partial_grads_from(int64_t flat_begin) {
+  size_t end = partial_done_;
+  while (end < partial_.size() && partial_[end].flat >= flat_begin) ++end;
+  if (end == partial_done_) return;
+  tp_.all_reduce_coalesced(
+      std::span<const Tensor>(partial_grads_).subspan(partial_done_, end - partial_done_),
+      ReduceOp::sum);
+  partial_done_ = end;
 }
 
 void GradSync::launch(Bucket& b) {
@@ -78,10 +65,19 @@ void GradSync::launch(Bucket& b) {
 }
 
 void GradSync::grads_ready_from(int64_t flat_begin) {
-  while (next_ > 0 && buckets_[next_ - 1].begin >= flat_begin) launch(buckets_[--next_]);
+  size_t first = next_;  // the buckets [first, next_) are final now
+  while (first > 0 && buckets_[first - 1].begin >= flat_begin) --first;
+  if (first == next_) return;
+  // Their partial sums are complete (every gradient above flat_begin is): one all-reduce.
+  sum_partial_grads_from(buckets_[first].begin);
+  while (next_ > first) launch(buckets_[--next_]);
 }
 
 void GradSync::finish() {
+  sum_partial_grads_from(0);
+  // The two copies of the tied embedding (first and last stage) get the sum of both
+  // gradients, before the data-parallel reduction of the bucket that holds them.
+  if (embedding_.size() > 1) embedding_.all_reduce(params_.grad(tied_embedding_), ReduceOp::sum);
   while (next_ > 0) launch(buckets_[--next_]);
   for (Bucket& b : buckets_) dp_.wait(b.request);
 }

@@ -4,18 +4,15 @@
 
 namespace jumbo {
 
-std::vector<OptimRange> all_param_ranges(const ParamStore& params) {
-  std::vector<OptimRange> r;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamInfo& p = params.info(static_cast<int>(i));
-    r.push_back({p.flat_offset, p.flat_offset, p.numel(), static_cast<int>(i)});
-  }
-  return r;
-}
-
 AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
-             std::vector<OptimRange> ranges, int64_t state_elems)
-    : params_(params), backend_(backend), cfg_(cfg), ranges_(std::move(ranges)) {
+             std::vector<OptimRange> ranges, int64_t state_elems,
+             std::vector<OptimRange> norm_ranges)
+    : params_(params),
+      backend_(backend),
+      cfg_(cfg),
+      ranges_(std::move(ranges)),
+      norm_ranges_(std::move(norm_ranges)) {
+  norm_parts_.reserve(norm_ranges_.size());
   arena_ = backend.make_arena(2 * static_cast<size_t>(state_elems) * 4 + 2 * Arena::kAlign, "adam");
   m_ = arena_.alloc(DType::f32, {state_elems});
   v_ = arena_.alloc(DType::f32, {state_elems});
@@ -23,8 +20,13 @@ AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
   backend.fill(v_, 0.0f);
 }
 
+AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg, const StagePlan& plan)
+    : AdamW(params, backend, cfg, plan.optimizer_ranges, plan.optimizer_state_elems,
+            plan.grad_norm_ranges) {}
+
 AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg)
-    : AdamW(params, backend, cfg, all_param_ranges(params), params.total_numel()) {}
+    : AdamW(params, backend, cfg, all_param_ranges(params), params.total_numel(),
+            grad_norm_ranges(params, all_param_ranges(params), 0)) {}
 
 void AdamW::step(double lr, float grad_scale, Tensor grads) {
   ++step_;
@@ -44,17 +46,10 @@ void AdamW::step(double lr, float grad_scale, Tensor grads) {
   }
 }
 
-double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
-                         Tensor grads, Backend& backend, int tp_rank) {
-  // Reused between steps: the step loop allocates nothing once it has run.
-  thread_local std::vector<Tensor> parts;
-  parts.clear();
-  for (const OptimRange& r : ranges) {
-    const ParamInfo& p = params.info(r.param);
-    if ((p.tp_replicated && tp_rank != 0) || p.pipeline_copy) continue;
-    parts.push_back(grads.rows(r.local, r.count));
-  }
-  return backend.sum_squares_all(parts);
+double AdamW::grad_norm_squared(Tensor grads) {
+  norm_parts_.clear();
+  for (const OptimRange& r : norm_ranges_) norm_parts_.push_back(grads.rows(r.local, r.count));
+  return backend_.sum_squares_all(norm_parts_);
 }
 
 }  // namespace jumbo

@@ -232,6 +232,20 @@ TEST_F(ConfigFiles, BadPrecision) {
                 "expected \"fp32\" or \"bf16\""});
 }
 
+// Keys whose values are names are parsed into enums: a bad name is an error at once.
+TEST_F(ConfigFiles, BadRecomputeAndDevice) {
+  const std::string run = write("run.toml", kModel + kSections);
+  expect_error([&] { load_run_config(run, {"parallel.recompute=some"}); },
+               {"--set 'parallel.recompute=some'", "parallel.recompute = \"some\"",
+                "expected \"none\", \"selective\" or \"full\""});
+  expect_error([&] { load_run_config(run, {"train.device=tpu"}); },
+               {"train.device = \"tpu\"", "expected \"cpu\" or \"cuda\""});
+  const RunConfig cfg =
+      load_run_config(run, {"parallel.recompute=selective", "train.device=cuda"});
+  EXPECT_EQ(cfg.parallel.recompute, Recompute::selective);
+  EXPECT_EQ(cfg.parallel.device, Device::cuda);
+}
+
 TEST_F(ConfigFiles, NegativeSeed) {
   const std::string run = write("run.toml", kModel + kSections);
   expect_error([&] { load_run_config(run, {"train.seed=-1"}); },

@@ -173,12 +173,38 @@ TEST(Validate, ParallelismKeys) {
   expect_error({"parallel.pp=2", "parallel.stage_layers=[1, 2]"},
                {"parallel.stage_layers", "2 entries summing to 3", "model.layers = 2"}, 2);
   expect_error({"parallel.pp=2", "parallel.stage_layers=[2, 0]"}, {"each >= 1"}, 2);
-  expect_error({"parallel.recompute=some"}, {"parallel.recompute", "some", "selective"});
   expect_error({"parallel.comm_timeout_s=0"}, {"parallel.comm_timeout_s = 0"});
   expect_error({"parallel.bucket_size=0"}, {"parallel.bucket_size"});
   EXPECT_NO_THROW(validate(run_with({"parallel.pp=2", "parallel.stage_layers=[1, 1]",
                                      "parallel.zero1=true", "parallel.recompute=full"}),
                            2));
+}
+
+// The world sets dp once; a tool that takes a layout on its command line gets the same rules
+// with its flags named.
+TEST(Validate, OneLayoutForConfigAndTools) {
+  const RunConfig cfg = validated_for_world(run_with({"parallel.tp=2", "parallel.zero1=true"}), 8);
+  EXPECT_EQ(cfg.parallel.dp, 4);
+  EXPECT_TRUE(cfg.parallel.zero1_active());
+  EXPECT_EQ(cfg.parallel.world_size(), 8);
+  EXPECT_EQ(validated_for_world(cfg, 2).parallel.dp, 1);
+  Layout l;
+  l.tp = 3;
+  try {
+    validate_layout(l, cfg.model, "jumbo ckpt convert", LayoutKeys::flags);
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("jumbo ckpt convert: --tp 3 does not divide"));
+  }
+  l.tp = 1;
+  l.virtual_stages = 2;
+  try {
+    validate_layout(l, cfg.model, "x", LayoutKeys::config);
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(std::string(e.what()),
+                HasSubstr("x: parallel.virtual_stages = 2: interleaving needs parallel.pp > 1"));
+  }
 }
 
 TEST(Load, StageLayersMustBeAnArrayOfIntegers) {

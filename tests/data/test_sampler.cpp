@@ -89,7 +89,7 @@ TEST(GptSampler, SamplesAreContiguousTokensSharingOneWithTheNext) {
     for (int64_t k = 0; k <= kSeqLen; ++k) EXPECT_EQ(out[k], start + k) << "sample " << i;
   }
   // The last sample ends exactly on the last token.
-  const GptSampler in_order(data, kSeqLen, 7, /*shuffle=*/false);
+  const GptSampler in_order(data, kSeqLen, 7, SampleOrder::stored);
   in_order.sample(4098, out);
   EXPECT_EQ(out[kSeqLen], static_cast<int32_t>(data.num_tokens() - 1));
 }
@@ -97,7 +97,7 @@ TEST(GptSampler, SamplesAreContiguousTokensSharingOneWithTheNext) {
 TEST(GptSampler, WithoutShuffleEveryEpochIsInOrder) {
   TempDir tmp;
   const IndexedDataset data(positional_dataset(tmp, 7));
-  const GptSampler sampler(data, kSeqLen, 1234, /*shuffle=*/false);
+  const GptSampler sampler(data, kSeqLen, 1234, SampleOrder::stored);
   for (int64_t i = 0; i < 30; ++i) EXPECT_EQ(sampler.permuted(i), i % 7);
 }
 

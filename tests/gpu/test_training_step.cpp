@@ -9,6 +9,8 @@
 #include "gpu_test_support.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/model/gpt.h"
+#include "jumbo/parallel/groups.h"
+#include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/step.h"
 
 namespace jumbo::gputest {
@@ -45,23 +47,27 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   m.ffn = 1024;
   m.vocab = 512;
   m.context = 128;
-  GptOptions o;
-  o.micro_batch = 2;
-  o.seq = 128;
-  o.compute_dtype = compute_dtype_of(precision);
-  o.losses_per_read = 2;  // two microbatches per step
-  auto world = mpi_world();  // one rank: no tensor parallelism
-  GptModel model(m, o, backend, *world);
+  // One rank, two microbatches of 2 x 128 per step: the trainer's own parts.
+  Layout layout;
+  layout.micro_batch = 2;
+  layout.device = backend.device();
+  const StagePlan plan =
+      plan_stage(m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, {});
+  Grid grid(make_solo_comm("world"), 1, 1);
+  const ProcessGroups groups = process_groups(grid, layout);
+  GptModel model(m, plan.model, backend, groups.tp);
   model.initialize(1234);
   TrainConfig tc;
   tc.precision = precision;
-  AdamW opt(model.params(), backend, tc);
-  FixedBatches source(o.micro_batch * o.seq, static_cast<int32_t>(m.vocab));
-  std::vector<int32_t> tokens(o.micro_batch * o.seq), targets(tokens.size());
+  AdamW opt(model.params(), backend, tc, plan);
+  GradSync sync(model.params(), backend, groups, plan);
+  PipelineRunner pipeline(model, groups.pp, plan);
+  const StepParts parts{model, pipeline, sync, opt, groups};
+  FixedBatches source(2 * 128, static_cast<int32_t>(m.vocab));
   StepsRun run;
   for (int s = 0; s < 3; ++s) {
-    const StepResult r = train_step(model, opt, source, 2, 2 * o.micro_batch * o.seq, 1e-3, 1.0,
-                                    tokens.data(), targets.data());
+    const StepResult r = train_step(
+        parts, source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
   }

@@ -6,10 +6,11 @@
 #include <initializer_list>
 #include <string>
 
+#include "jumbo/config/layout.h"  // Device
+
 namespace jumbo {
 
 enum class DType : uint8_t { f32, bf16, i32 };
-enum class Device : uint8_t { cpu, cuda };
 
 size_t dtype_size(DType t);
 const char* to_string(DType t);

@@ -26,14 +26,6 @@ struct CheckpointProgress {
   int64_t global_batch = 0;
 };
 
-struct CheckpointLayout {
-  int64_t tp = 1, pp = 1, dp = 1;
-  bool zero1 = false;
-  int64_t virtual_stages = 1;
-  std::vector<int64_t> stage_layers;
-  std::string precision = "fp32";
-};
-
 struct ShardFileInfo {
   std::string name;
   int64_t bytes = 0;
@@ -49,7 +41,9 @@ struct Manifest {
   int format_version = kCheckpointFormatVersion;
   CheckpointProgress progress;
   ModelConfig model;
-  CheckpointLayout layout;
+  // The layout it was saved with; stage_layers holds the split as used (balanced or given).
+  Layout layout;
+  Precision precision = Precision::fp32;
   std::string data_train, tokenizer;  // information: what the run trained on
   std::vector<ShardFileInfo> files;
   std::map<std::string, std::vector<StoredPiece>> tensors;  // by tensor name

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ class Comm {
   // In place; f32, bf16 (summed in fp32 per element) or i32.
   virtual void all_reduce(Tensor t, ReduceOp op) = 0;
   virtual CommRequest iall_reduce(Tensor t, ReduceOp op) = 0;
+  // Several tensors of one dtype reduced as one operation (PyTorch's all_reduce_coalesced):
+  // one message instead of one per tensor. Each tensor's result is what all_reduce gives it.
+  virtual void all_reduce_coalesced(std::span<const Tensor> ts, ReduceOp op) = 0;
   // in holds size() equal blocks; out (one block) receives this rank's block of the sum.
   virtual void reduce_scatter(Tensor in, Tensor out) = 0;
   virtual CommRequest ireduce_scatter(Tensor in, Tensor out) = 0;

@@ -38,9 +38,10 @@ class Grid {
   Comm& dp() { return *dp_; }
   Comm& pp() { return *pp_; }
   Comm& model_parallel() { return *mp_; }
-  // First and last stage of this pipeline; nullptr on middle stages. With pp = 1 it is this
-  // rank alone (the embedding and the head are the same tensor).
-  Comm* embedding() { return embedding_.get(); }
+  // First and last stage of this pipeline (the two copies of the tied embedding); on middle
+  // stages, and with pp = 1 (embedding and head are one tensor), this rank alone.
+  Comm& embedding() { return *embedding_; }
+  GridCoords coords() const { return {tp_rank_, dp_rank_, pp_rank_}; }
   std::shared_ptr<Comm> world_ptr() { return world_; }
 
  private:

@@ -2,8 +2,10 @@
 // Watchdog on blocking communication: once started, any blocking operation of this process
 // that waits longer than the timeout ends the whole job with a line naming the rank, the
 // group and the operation (a peer died or hangs; without it the job would hang for ever).
+#include <array>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace jumbo {
 
@@ -15,16 +17,18 @@ void start_comm_watchdog(double timeout_s);
 int add_async_error_check(std::function<std::string()> check);
 void remove_async_error_check(int id);
 
-// Marks a blocking operation for the watchdog for the lifetime of the object.
+// Marks a blocking operation for the watchdog for the lifetime of the object. `op` is a
+// string literal; the group's name is copied (a temporary may name it), cut to 47 characters.
 class BlockingOp {
  public:
-  BlockingOp(const char* op, const std::string& group);
+  BlockingOp(const char* op, std::string_view group);
   ~BlockingOp();
   BlockingOp(const BlockingOp&) = delete;
   BlockingOp& operator=(const BlockingOp&) = delete;
 
  private:
   bool armed_ = false;
+  std::array<char, 48> group_{};
 };
 
 }  // namespace jumbo

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "jumbo/config/layout.h"
+
 namespace jumbo {
 
 // A user mistake: one line naming the file/key/rank, the value and what was expected.
@@ -36,16 +38,9 @@ struct ModelConfig {
   }
 };
 
-struct ParallelConfig {
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t micro_batch = 1;   // sequences per microbatch per data-parallel rank
-  bool zero1 = false;        // distributed optimizer: each dp rank owns 1/dp of Adam and master
-  int64_t bucket_size = 40'000'000;  // data-parallel gradient bucket, in elements (Megatron's)
-  std::string recompute = "none";  // activation recomputation: "none", "selective", "full"
-  bool sequence_parallel = false;  // norms and residuals split along the sequence over tp
-  int64_t virtual_stages = 1;      // model chunks per pipeline rank (interleaved 1F1B when > 1)
-  std::vector<int64_t> stage_layers;  // layers per pipeline stage; empty = balanced by jumbo
+// The [parallel] section: the layout (layout.h; dp and device are not keys of it: dp is what
+// the world leaves, device is train.device) and the watchdog's timeout.
+struct ParallelConfig : Layout {
   double comm_timeout_s = 300;  // watchdog: a blocking communication waiting longer aborts the job
 };
 
@@ -68,9 +63,8 @@ struct TrainConfig {
   int64_t eval_every = 0;          // steps between validation evaluations; 0 = never
   int64_t eval_batches = 8;        // microbatches per evaluation
   int64_t threads = 0;             // OpenMP threads; 0 = what OMP_NUM_THREADS / cores say
-  // "cpu" (the CPU backend, MPI) or "cuda" (the CUDA backend, NCCL; one rank per GPU, the
-  // local rank from the launcher). A CPU-only build refuses "cuda" with one line.
-  std::string device = "cpu";
+  // train.device ("cpu": the CPU backend with MPI; "cuda": the CUDA backend with NCCL, one
+  // rank per GPU) is stored as the layout's device, parallel.device.
   // The GPU this run is planned for (config/gpus.h): at start jumbo prints the layout's
   // estimated memory per GPU against its memory and refuses a layout that cannot fit; it
   // is also the peak for MFU unless log.peak_tflops is set. "" = none (a CPU run).
@@ -129,6 +123,14 @@ ModelConfig load_model_config(const std::string& path);
 // All consistency checks in one place; `world_size` is the MPI world. world_size 0 (what
 // load_run_config uses, before MPI is up) skips the world-size checks and takes dp = 1.
 void validate(const RunConfig& cfg, int world_size);
+// validate(cfg, world_size), then the config with its layout's dp set: world / (tp x pp).
+RunConfig validated_for_world(const RunConfig& cfg, int world_size);
+// The layout's own rules against a model (what validate checks of [parallel], without the
+// world): each failure one line starting with `source`, naming the keys as config keys
+// ("parallel.tp = 3") or as the command-line flags of a tool that takes a layout ("--tp 3").
+enum class LayoutKeys { config, flags };
+void validate_layout(const Layout& layout, const ModelConfig& model, const std::string& source,
+                     LayoutKeys keys);
 void validate_model(const ModelConfig& m, const std::string& source);
 // The resolved config as TOML text: every key of every section, the preset already applied.
 // Parsing it back gives the same config (for `jumbo info` and run logs).

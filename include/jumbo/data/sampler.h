@@ -9,10 +9,14 @@
 
 namespace jumbo {
 
+// Training shuffles each epoch; evaluation reads the samples in stored order.
+enum class SampleOrder { shuffled, stored };
+
 class GptSampler {
  public:
   // Throws UserError naming the dataset if it holds fewer than seq_len + 1 tokens.
-  GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed, bool shuffle = true);
+  GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed,
+             SampleOrder order = SampleOrder::shuffled);
   int64_t samples_per_epoch() const { return samples_per_epoch_; }
   // The sample at position `index` of the endless sequence of epochs: writes seq_len + 1
   // tokens to out.

@@ -21,11 +21,6 @@
 
 namespace jumbo {
 
-// Activation recomputation (Korthikanti et al. 2022): selective keeps each layer's tensors
-// but the attention core's (probabilities and output), recomputed from qkv in the backward;
-// full keeps only each layer's input and recomputes the whole layer in the backward.
-enum class Recompute { none, selective, full };
-
 // The storage type of weights and activations for a precision mode (master weights, main
 // grads and optimizer state are f32 in both).
 inline DType compute_dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
@@ -50,7 +45,7 @@ struct GptOptions {
   // Sequence parallelism (Korthikanti et al. 2022): with tp > 1, the layernorm and residual
   // regions hold S/tp of the sequence; all-gather and reduce-scatter along the sequence
   // replace the tensor-parallel all-reduces. Layernorm and position-embedding gradients are
-  // then partial sums over the tp ranks (sequence_partial_params()).
+  // then partial sums over the tp ranks (ParamInfo::sequence_partial).
   bool sequence_parallel = false;
 };
 
@@ -97,10 +92,6 @@ class GptModel {
   Tensor output(int slot);
   Tensor grad_output() { return dresidual_; }
   Tensor grad_input(int slot) { return slots_[slot].dinput; }
-  // Parameters whose gradients are partial sums over the tp ranks (sequence parallelism), in
-  // descending flat offset: the trainer all-reduces them over tp before they are reduced
-  // over dp.
-  const std::vector<int>& sequence_partial_params() const { return sequence_partial_; }
 
   void zero_grads() { backend_.fill(params_.all_grads(), 0.0f); }
   // Called during backward each time the gradients of every parameter at flat offset >= the
@@ -155,7 +146,6 @@ class GptModel {
   int64_t heads_local_, ffn_local_;
   bool sp_ = false;
   int64_t seq_part_;  // sequence positions of this rank's part (S, or S/tp with SP)
-  std::vector<int> sequence_partial_;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk

@@ -22,7 +22,11 @@ struct ParamInfo {
   float init_std = 0.02f;
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
   bool tp_replicated = true;  // same values on every tp rank (counted once in the grad norm)
+  bool tied_embedding = false;  // the token embedding, also the head: on first and last stage
   bool pipeline_copy = false; // the last stage's copy of the tied embedding (not in the norm)
+  // Sequence parallelism: this rank saw only its part of the sequence, so its gradient is a
+  // partial sum over the tp ranks (layernorms, the position embedding).
+  bool sequence_partial = false;
   int64_t valid_rows = -1;    // rows >= this are padding (the padded vocabulary); -1: none
   int64_t flat_offset = 0;    // element offset in the flat buffers
   int64_t numel() const { return slice.numel(); }

@@ -12,29 +12,17 @@
 #include <vector>
 
 #include "jumbo/config/config.h"
+#include "jumbo/config/layout.h"
 
 namespace jumbo {
 
 enum class PlanDevice { cpu, gpu };
-
-struct PlanLayout {
-  int64_t tp = 1, pp = 1, dp = 1;
-  int64_t micro_batch = 1;
-  std::string recompute = "none";  // none | selective | full
-  bool zero1 = false;
-  bool sequence_parallel = false;
-  int64_t virtual_stages = 1;
-  std::vector<int64_t> stage_layers;  // empty: jumbo's balanced split
-  // "tp 8 x pp 16 x dp 4, micro batch 1, recompute full, ZeRO-1, sequence parallel"
-  std::string describe() const;
-};
 
 struct PlanTarget {
   PlanDevice device = PlanDevice::gpu;
   Precision precision = Precision::bf16;
   int64_t global_batch = 0;  // sequences per step: sets the microbatches per pipeline
   int64_t seq = 0;           // tokens per sequence; 0 = model.context
-  int64_t bucket_size = 40'000'000;  // cpu: ZeRO-1's owned-gradient buffer is per bucket
 };
 
 // Bytes on one device of one pipeline stage (the worst stage when returned by estimate_memory).
@@ -42,6 +30,7 @@ struct MemoryEstimate {
   int64_t stage = 0;
   int64_t layers = 0;          // transformer layers this stage holds
   int64_t params = 0;          // parameters this device holds (its tp shard of the stage)
+  int64_t microbatches = 0;    // per step on each pipeline: global_batch / (micro_batch x dp)
   int64_t in_flight = 0;       // microbatches whose activations are held at once (1F1B)
   double weights = 0;          // compute copy of the weights (+ fp32 master when not sharded)
   double grads = 0;            // fp32 main gradients
@@ -51,16 +40,12 @@ struct MemoryEstimate {
   double total() const { return weights + grads + optimizer + activations + workspace; }
 };
 
-MemoryEstimate estimate_stage_memory(const ModelConfig& m, const PlanLayout& l,
-                                     const PlanTarget& t, int64_t stage);
+// The layout's stage plan (parallel/stage_plan.h) says what the stage holds: its layers,
+// parameters and activation slots; these functions count their bytes.
+MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, const PlanTarget& t,
+                                     int64_t stage);
 // The stage that needs the most memory.
-MemoryEstimate estimate_memory(const ModelConfig& m, const PlanLayout& l, const PlanTarget& t);
-
-// Microbatches per step on each pipeline: global_batch / (micro_batch x dp).
-int64_t microbatches_per_step(const PlanLayout& l, const PlanTarget& t);
-// Microbatch activation sets stage `stage` holds at once: min(pp - stage, m) in 1F1B; with v
-// chunks, Megatron's interleaved warm-up 2 (pp - stage - 1) + (v - 1) pp, plus one, in chunks.
-int64_t in_flight_microbatches(int64_t pp, int64_t stage, int64_t microbatches, int64_t v);
+MemoryEstimate estimate_memory(const ModelConfig& m, const Layout& l, const PlanTarget& t);
 
 // The fixed part of the workspace: CUDA context, NCCL and cuBLAS buffers, allocator slack
 // on a GPU; binary, libraries, MPI and OpenBLAS on a CPU rank.

@@ -21,7 +21,7 @@ struct PlanRequest {
 };
 
 struct PlanCandidate {
-  PlanLayout layout;
+  Layout layout;
   MemoryEstimate memory;   // worst stage
   double bubble = 0;       // pipeline bubble fraction (p - 1) / (v m)
   double step_time_s = 0;  // estimated (docs/plan.md: compute at 60% of peak + bubble + comm)
@@ -32,7 +32,7 @@ struct PlanCandidate {
 // Estimated step time and MFU of one layout (fills bubble, step_time_s, mfu).
 void estimate_time(const PlanRequest& r, PlanCandidate& c);
 // A fully described candidate for one layout.
-PlanCandidate evaluate_layout(const PlanRequest& r, const PlanLayout& l);
+PlanCandidate evaluate_layout(const PlanRequest& r, const Layout& l);
 // Every valid layout (tp within a node, pp, dp, micro batch, recompute, ZeRO-1), evaluated.
 // `searched` gets the number considered. The result holds those that fit, largest memory first.
 std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searched = nullptr);
@@ -40,7 +40,7 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
 const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fitting);
 
 // "--set parallel.tp=8 --set parallel.pp=16 ..." for sbatch scripts.
-std::string layout_overrides(const PlanLayout& l);
+std::string layout_overrides(const Layout& l);
 // "27.3 GiB of 40.0 GiB per A100-SXM4-40GB: weights 2.4, grads 4.9, ... (stage 0, 16
 // microbatches in flight)" - why a layout fits, or by how much it does not.
 std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const std::string& device);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "jumbo/data/sampler.h"
-#include "jumbo/train/step.h"
+#include "jumbo/parallel/pipeline_runner.h"
 
 namespace jumbo {
 

@@ -18,7 +18,7 @@ struct TrainBenchOptions {
   int64_t steps = 3;
   Precision precision = Precision::fp32;
   double peak_tflops = 0;   // 0: the GPU's bf16 peak, or this machine's measured fp32 peak
-  std::string device = "cpu";  // for the report; the backend is the caller's
+  Device device = Device::cpu;  // for the report; the backend is the caller's
 };
 
 struct TrainBenchResult {
@@ -45,9 +45,8 @@ namespace jumbo {
 // (this process's place in a tp x pp x dp grid over the MPI world), against a plain write of
 // the same bytes to the same directory in the same run (the disk's own speed).
 struct CkptBenchOptions {
-  std::string dir;          // a directory (local disk) or s3:// prefix
-  int64_t tp = 1, pp = 1;
-  bool zero1 = false;
+  std::string dir;  // a directory (local disk) or s3:// prefix
+  Layout layout;    // tp, pp and zero1 from the flags; dp is what the world leaves
   bool async = false;
   int64_t repeats = 3;
 };

@@ -7,43 +7,32 @@
 
 #include "jumbo/ckpt/shard.h"
 #include "jumbo/comm/grid.h"
-#include "jumbo/config/config.h"
 #include "jumbo/model/params.h"
-#include "jumbo/train/grad_sync.h"
+#include "jumbo/parallel/sharding.h"
 
 namespace jumbo {
 
+// Pieces to save, or to load into: the last stage's copy of the tied embedding is not saved
+// (the first stage saves it) but is loaded, from the first stage's pieces.
+enum class StateUse { save, load };
+
 // One piece per parameter range (adjacent ranges of one parameter merged: data-parallel
 // buckets cut parameters), with where its elements start in the flat parameter buffer (`flat`)
-// and in the optimizer state (`local`). The last stage's copy of the tied embedding is left
-// out when `for_saving` (the first stage saves it) and loaded from the first stage's pieces
-// otherwise.
+// and in the optimizer state (`local`).
 struct StatePiece {
   TensorPiece piece;
   int64_t flat = 0;
   int64_t local = 0;
 };
 std::vector<StatePiece> state_pieces(const ParamStore& params,
-                                     const std::vector<OptimRange>& ranges, bool for_saving);
+                                     const std::vector<OptimRange>& ranges, StateUse use);
 
 // The same pieces pointing into memory: master weights indexed by flat offset, the moments by
 // optimizer-state offset.
 std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
                                               const std::vector<OptimRange>& ranges,
                                               float* master, float* exp_avg, float* exp_avg_sq,
-                                              bool for_saving);
-
-// What a trainer at grid position `at` of a tp x pp x dp layout (balanced stage split) lays
-// out, without memory: its parameters' flat offsets and the ranges its optimizer updates.
-// Checkpoint conversion and the checkpoint benchmark use it for ranks they never build.
-struct RankStateLayout {
-  ParamStore params;  // offsets only: never allocated
-  std::vector<OptimRange> ranges;
-  int64_t state_elems = 0;
-};
-RankStateLayout rank_state_layout(const ModelConfig& model, int64_t tp, int64_t pp, int64_t dp,
-                                  int64_t virtual_stages, bool zero1, int64_t bucket_size,
-                                  const GridCoords& at);
+                                              StateUse use);
 
 // "tp0-pp1-dp0.h5": the shard file of a rank, named by its grid coordinates.
 std::string shard_file_name(const GridCoords& at);

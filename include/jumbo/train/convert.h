@@ -8,15 +8,9 @@
 
 #include "jumbo/ckpt/storage.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/config/layout.h"
 
 namespace jumbo {
-
-struct TargetLayout {
-  int64_t tp = 1, pp = 1, dp = 1;
-  bool zero1 = false;
-  int64_t virtual_stages = 1;
-  int64_t bucket_size = 40'000'000;  // ZeRO-1 shard boundaries follow the buckets
-};
 
 struct ConvertStats {
   int64_t files = 0;  // written by this process
@@ -26,8 +20,10 @@ struct ConvertStats {
 // Collective over `world` (one process or an mpirun job): the target ranks' shard files are
 // dealt round-robin to the processes, each reading only the source files it overlaps. The
 // manifest is written last by process 0, then `latest`. `src` is a checkpoint directory or
-// root; `dst_root` a directory or s3:// prefix that receives step_N/.
+// root; `dst_root` a directory or s3:// prefix that receives step_N/. `layout` is the target
+// (tp, pp, dp, ZeRO-1, virtual stages, bucket size), checked against the checkpoint's model
+// with the run config's rules (its mistakes named as the --tp ... flags).
 ConvertStats convert_checkpoint(const std::string& src, const std::string& dst_root,
-                                const TargetLayout& layout, Comm& world, const S3Options& s3);
+                                const Layout& layout, Comm& world, const S3Options& s3);
 
 }  // namespace jumbo

@@ -12,9 +12,9 @@ namespace jumbo {
 // This process's index among the ranks on its node, from the launcher:
 // OMPI_COMM_WORLD_LOCAL_RANK (mpirun), SLURM_LOCALID (srun), MPI_LOCALRANKID, else 0.
 int local_rank_from_launcher();
-// "cpu" or "cuda" (one rank per GPU: the GPU is the local rank). Throws UserError naming
-// train.device when the build or the machine cannot provide it.
-std::unique_ptr<Backend> make_backend(const std::string& device);
+// The CPU backend, or the CUDA backend on the local rank's GPU (one rank per GPU). Throws
+// UserError naming train.device when the build or the machine cannot provide it.
+std::unique_ptr<Backend> make_backend(Device device);
 // The world communicator for `backend`: MPI on the CPU; on a GPU, NCCL over MPI's world,
 // whose splits (the grid's tp, pp, dp groups) are NCCL communicators as well.
 std::shared_ptr<Comm> make_world_comm(Backend& backend);

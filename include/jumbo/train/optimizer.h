@@ -10,17 +10,15 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/model/params.h"
-#include "jumbo/train/grad_sync.h"
+#include "jumbo/parallel/sharding.h"
+#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
 
-// Every parameter, local offset = flat offset (one rank, or data parallel without ZeRO).
-std::vector<OptimRange> all_param_ranges(const ParamStore& params);
-
 class AdamW {
  public:
-  AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
-        std::vector<OptimRange> ranges, int64_t state_elems);
+  // The optimizer ranges, state length and grad-norm ranges of the rank's stage plan.
+  AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg, const StagePlan& plan);
   // Every parameter of `params` (one rank).
   AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg);
   // One update; `grads` is indexed by OptimRange::local and scaled by grad_scale first.
@@ -30,6 +28,9 @@ class AdamW {
   void set_steps_taken(int64_t steps) { step_ = steps; }  // resuming from a checkpoint
   size_t state_bytes() const { return arena_.used(); }
   const std::vector<OptimRange>& ranges() const { return ranges_; }
+  // Sum of squares of this rank's share of the gradient (`grads` indexed like step's): its
+  // grad-norm ranges. Summed over the plan's group it is the global norm squared.
+  double grad_norm_squared(Tensor grads);
   Tensor exp_avg() const { return m_; }
   Tensor exp_avg_sq() const { return v_; }
 
@@ -37,16 +38,14 @@ class AdamW {
   ParamStore& params_;
   Backend& backend_;
   TrainConfig cfg_;
-  std::vector<OptimRange> ranges_;
+  AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
+        std::vector<OptimRange> ranges, int64_t state_elems, std::vector<OptimRange> norm_ranges);
+
+  std::vector<OptimRange> ranges_, norm_ranges_;
+  std::vector<Tensor> norm_parts_;  // reused: the step loop allocates nothing
   Arena arena_;
   Tensor m_, v_;
   int64_t step_ = 0;
 };
-
-// Sum of squares of this rank's share of the gradient: its ranges, with parameters that are
-// replicated over tensor-parallel ranks counted on tp rank 0 only. Summed over the right
-// group (model-parallel, or world under ZeRO-1) it is the global norm squared.
-double grad_norm_squared(const ParamStore& params, const std::vector<OptimRange>& ranges,
-                         Tensor grads, Backend& backend, int tp_rank);
 
 }  // namespace jumbo

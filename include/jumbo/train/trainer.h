@@ -1,5 +1,7 @@
 #pragma once
-// Trainer: the step loop. Owns the model, optimizer, data and metrics of one run.
+// Trainer: the step loop of one run, composed of the parts below it — the validated layout's
+// grid and process groups, this rank's stage plan, the data, the model stage, the gradient
+// sync, AdamW, the pipeline runner, the schedules, metrics and checkpoints.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -12,14 +14,17 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
-#include "jumbo/data/indexed_dataset.h"
-#include "jumbo/data/sampler.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/obs/emf.h"
 #include "jumbo/obs/metrics.h"
-#include "jumbo/train/batch.h"
+#include "jumbo/parallel/groups.h"
+#include "jumbo/parallel/pipeline_runner.h"
+#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/train/checkpoint_io.h"
 #include "jumbo/train/grad_sync.h"
 #include "jumbo/train/optimizer.h"
+#include "jumbo/train/run_data.h"
+#include "jumbo/train/run_report.h"
 #include "jumbo/train/schedule.h"
 #include "jumbo/train/step.h"
 
@@ -53,43 +58,37 @@ class Trainer {
 
  private:
   void print(const std::string& line) const;
+  void print_start();
   void collect_comm_bytes(StepMetrics& m);
-  // This rank's optimizer state as checkpoint pieces, and whether it writes them.
-  std::vector<PieceData> checkpoint_pieces(bool for_saving);
+  // Checkpoints (trainer_checkpoint.cpp): this rank's optimizer state as pieces, whether it
+  // writes them, and the saves and the resume of the run.
+  std::vector<PieceData> checkpoint_pieces(StateUse use);
   void upload_staged_state();  // after a load into the host copies of device state
   std::array<Tensor, 3> saved_state();  // master, Adam m, Adam v: what a checkpoint holds
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
-  // Estimated memory of this layout: on train.gpu (throws UserError if it cannot fit) and on
-  // this CPU rank (compared with the measured peak at the end).
-  void check_planned_memory();
   // After a stop signal: save (unless this step was just saved), wait, and report.
   void stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr, int64_t batch);
 
-  RunConfig cfg_;
+  RunConfig cfg_;  // validated for the world: cfg_.parallel is the run's layout
   Backend& backend_;
   std::shared_ptr<Comm> world_;
   Grid grid_;
-  int64_t seq_;
-  std::unique_ptr<GradSync> grad_sync_;
-  StepGroups groups_;
-  std::vector<int64_t> stage_layers_;
-  std::vector<PipeOp> schedule_;
-  int64_t schedule_micro_steps_ = -1;
-  PipelineState pipeline_;
+  ProcessGroups groups_;
+  StagePlan plan_;
+  PlannedMemory planned_;
+  std::unique_ptr<RunData> data_;
   std::unique_ptr<GptModel> model_;
+  std::unique_ptr<GradSync> grad_sync_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<IndexedDataset> train_data_, valid_data_;
-  std::unique_ptr<GptSampler> train_sampler_, valid_sampler_;
-  std::unique_ptr<DatasetBatches> train_batches_, valid_batches_;
-  std::unique_ptr<MetricsLog> metrics_;
-  std::unique_ptr<EmfLog> emf_;  // rank 0, when log.emf_file or log.emf_address is set
+  std::unique_ptr<PipelineRunner> pipeline_;
+  std::unique_ptr<StepParts> step_parts_;
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchRamp> ramp_;
-  std::vector<int32_t> tokens_, targets_;
-  double peak_tflops_ = 0;
-  double planned_cpu_bytes_ = 0, planned_gpu_bytes_ = 0;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<EmfLog> emf_;  // rank 0, when log.emf_file or log.emf_address is set
+  Peak peak_;
   std::array<std::vector<float>, 3> staged_state_;  // master, m, v (device runs, checkpoints)
   std::unique_ptr<Checkpointer> checkpointer_;
   // Where training stands (restored by a resume).

@@ -102,10 +102,10 @@ TEST(Grid, CoordinatesAndGroupsFollowTpThenDpThenPp) {
       const int base = w->rank() - g.tp_rank();
       EXPECT_EQ(sum, tp * base + tp * (tp - 1) / 2.0);
       const bool ends = g.first_stage() || g.last_stage();
-      ASSERT_EQ(g.embedding() != nullptr, ends);
-      if (ends) {
-        EXPECT_EQ(g.embedding()->size(), pp == 1 ? 1 : 2);
-      }
+      EXPECT_EQ(g.embedding().size(), ends && pp > 1 ? 2 : 1);
+      EXPECT_EQ(g.coords().pp_rank, g.pp_rank());
+      EXPECT_EQ(g.coords().dp_rank, g.dp_rank());
+      EXPECT_EQ(g.coords().tp_rank, g.tp_rank());
     }
   }
 }

@@ -126,7 +126,7 @@ TEST(Checkpoint, ConvertedCheckpointLoadsLikeTheOriginal) {
   auto w = mpi_world();
   const std::string original = saved_at_step_5();
   const std::string converted = fresh_dir("converted-412");
-  TargetLayout target;
+  Layout target;
   target.tp = 4;
   target.dp = 2;
   target.zero1 = true;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "jumbo/train/pipeline_schedule.h"
+#include "jumbo/parallel/pipeline_schedule.h"
 
 namespace jumbo {
 namespace {

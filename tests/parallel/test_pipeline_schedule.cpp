@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "jumbo/train/pipeline_schedule.h"
+#include "jumbo/parallel/pipeline_schedule.h"
 
 namespace jumbo {
 namespace {
@@ -221,6 +221,27 @@ TEST(PipelineTimeline, NeverDeadlocksAndRespectsDependencies) {
           EXPECT_GE(iv.start, at.at({kind, s + 1, k}).end);
         }
       }
+    }
+  }
+}
+
+// Evaluation and inference run the training schedule's forwards alone, in its order: every
+// rank's list is a chain that cannot deadlock either.
+TEST(PipelineSchedule, ForwardOnlyIsTheTrainingForwardsInOrder) {
+  for (int p : {1, 2, 4}) {
+    for (int v : {1, 2}) {
+      if (v > 1 && p == 1) continue;
+      const int m = 2 * p;
+      std::vector<std::vector<PipeOp>> ranks;
+      for (int r = 0; r < p; ++r) {
+        std::vector<PipeOp> forwards;
+        for (const PipeOp& op : pipeline_schedule(p, r, m, v))
+          if (op.kind == PipeOp::forward) forwards.push_back(op);
+        EXPECT_EQ(pipeline_schedule(p, r, m, v, PipelineMode::forward_only), forwards);
+        ranks.push_back(forwards);
+      }
+      const Timeline tl = simulate_pipeline(ranks, v, 1.0, 2.0);
+      for (const auto& busy : tl.busy) EXPECT_EQ(busy.size(), static_cast<size_t>(m * v));
     }
   }
 }

@@ -1,6 +1,6 @@
 // Pipeline schedules: the per-rank order of forwards and backwards (1F1B and Megatron's
 // interleaved 1F1B) and the transfers each operation implies.
-#include "jumbo/train/pipeline_schedule.h"
+#include "jumbo/parallel/pipeline_schedule.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -53,10 +53,15 @@ int pipeline_warmup_forwards(int stages, int stage, int microbatches, int virtua
 }
 
 std::vector<PipeOp> pipeline_schedule(int stages, int stage, int microbatches,
-                                      int virtual_stages) {
+                                      int virtual_stages, PipelineMode mode) {
   const int warmup = pipeline_warmup_forwards(stages, stage, microbatches, virtual_stages);
   const int total = microbatches * virtual_stages;
   std::vector<PipeOp> ops;
+  if (mode == PipelineMode::forward_only) {
+    ops.reserve(static_cast<size_t>(total));
+    for (int k = 0; k < total; ++k) ops.push_back(nth_op(PipeOp::forward, k, stages, virtual_stages));
+    return ops;
+  }
   ops.reserve(2 * static_cast<size_t>(total));
   for (int k = 0; k < warmup; ++k) ops.push_back(nth_op(PipeOp::forward, k, stages, virtual_stages));
   for (int k = 0; k < total - warmup; ++k) {  // steady state: one forward, one backward

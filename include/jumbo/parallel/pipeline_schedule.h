@@ -3,7 +3,7 @@
 // each pipeline rank executes in one step (1F1B, or Megatron's interleaved 1F1B with virtual
 // stages), the point-to-point transfers each operation implies, and an idealised timeline
 // of a whole step that measures the bubble and proves the orders cannot deadlock.
-// No MPI and no model here: the trainer executes the list, docs/pipeline.md explains it.
+// No MPI and no model here: PipelineRunner executes the list, docs/pipeline.md explains it.
 #include <string>
 #include <vector>
 
@@ -23,6 +23,10 @@ struct PipeOp {
 int virtual_stage(int stage, int chunk, int stages);
 int owner_of(int virtual_stage, int stages);
 
+// Training runs forwards and backwards; evaluation and inference only the forwards, in the
+// order the training schedule runs them (Megatron's forward_only).
+enum class PipelineMode { train, forward_only };
+
 // The operations pipeline rank `stage` (r) of `stages` (p) runs for `microbatches` (m)
 // microbatches through `virtual_stages` (v) chunks per rank, in order.
 //  v == 1: 1F1B (PipeDream-Flush): min(p - r - 1, m) warm-up forwards, then alternate one
@@ -33,7 +37,9 @@ int owner_of(int virtual_stage, int stages);
 //          min(2 (p - r - 1) + (v - 1) p, m v) forwards. Requires m % p == 0.
 // Throws std::invalid_argument (one line) on p < 1, r outside [0, p), m < 1, v < 1, or an
 // interleaved m that is not a multiple of p; the config validator turns it into a UserError.
-std::vector<PipeOp> pipeline_schedule(int stages, int stage, int microbatches, int virtual_stages);
+// forward_only: the m v forwards alone, in the same order.
+std::vector<PipeOp> pipeline_schedule(int stages, int stage, int microbatches, int virtual_stages,
+                                      PipelineMode mode = PipelineMode::train);
 
 // Number of warm-up forwards rank `stage` runs before its first backward.
 int pipeline_warmup_forwards(int stages, int stage, int microbatches, int virtual_stages);

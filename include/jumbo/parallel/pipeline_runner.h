@@ -1,0 +1,65 @@
+#pragma once
+// PipelineRunner: runs one stage's microbatches in its schedule's order — 1F1B (or
+// interleaved 1F1B) for training, the same forwards alone for evaluation and inference — with
+// the stage boundary tensors over non-blocking point-to-point (Megatron-Core's one schedule
+// with forward_only). Without a pipeline (pp = 1) the schedule is forward, backward per
+// microbatch and nothing is sent. It owns the schedule and its bookkeeping: which activation
+// slot holds each (microbatch, chunk) in flight and the sends not yet waited for.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "jumbo/comm/comm.h"
+#include "jumbo/model/gpt.h"
+#include "jumbo/parallel/pipeline_schedule.h"
+#include "jumbo/parallel/stage_plan.h"
+
+namespace jumbo {
+
+// Supplies microbatches: fills tokens and targets (micro_batch x seq ids each).
+class MicrobatchSource {
+ public:
+  virtual ~MicrobatchSource() = default;
+  virtual void next(int32_t* tokens, int32_t* targets) = 0;
+};
+
+struct PipelineRun {
+  PipelineMode mode = PipelineMode::train;
+  int64_t microbatches = 1;
+  float loss_scale = 1.0f;  // train: the weight of each token's loss in the backward
+  // train: installed for the last microbatch's backward (GptModel::set_grads_ready_hook):
+  // called each time every gradient at flat offset >= its argument is final.
+  std::function<void(int64_t)> grads_ready;
+};
+
+class PipelineRunner {
+ public:
+  // `pp` is the rank's pipeline group (rank = stage); the plan gives the stage, its chunks,
+  // its activation slots and the full batch's schedule.
+  PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan);
+
+  // Runs `run.microbatches` microbatches from `source` through this stage and returns the
+  // sum of their per-token losses on the stage with the head (0 elsewhere), read from the
+  // device once. The source is read on the stages that embed tokens or score targets.
+  double run(MicrobatchSource& source, const PipelineRun& run);
+
+ private:
+  // This stage's ops for `microbatches` in `mode`; rebuilt only when the count changes
+  // (during the batch ramp-up).
+  const std::vector<PipeOp>& schedule(PipelineMode mode, int64_t microbatches);
+
+  struct Schedule {
+    int64_t microbatches = -1;
+    std::vector<PipeOp> ops;
+  };
+  GptModel& model_;
+  Comm& pp_;
+  int stages_, stage_, chunks_;
+  Schedule train_, forward_only_;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<int> slot_of_;  // [microbatch * chunks + chunk]
+  std::vector<int> free_slots_;
+  std::vector<CommRequest> fwd_sent_, bwd_sent_;  // per slot
+};
+
+}  // namespace jumbo

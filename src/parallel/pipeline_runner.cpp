@@ -1,0 +1,118 @@
+#include "jumbo/parallel/pipeline_runner.h"
+
+#include <algorithm>
+
+#include "jumbo/comm/watchdog.h"
+
+namespace jumbo {
+
+PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
+    : model_(model),
+      pp_(pp),
+      stages_(pp.size()),
+      stage_(pp.rank()),
+      chunks_(static_cast<int>(plan.model.chunks)) {
+  train_.microbatches = plan.microbatches;
+  train_.ops = plan.schedule;
+  const size_t tokens = static_cast<size_t>(plan.model.micro_batch * plan.model.seq);
+  tokens_.resize(tokens);
+  targets_.resize(tokens);
+  const int slots = static_cast<int>(plan.model.slots);
+  slot_of_.assign(
+      static_cast<size_t>(std::max(plan.microbatches, plan.model.losses_per_read) * chunks_), -1);
+  free_slots_.reserve(slots);
+  fwd_sent_.assign(slots, CommRequest{});
+  bwd_sent_.assign(slots, CommRequest{});
+}
+
+const std::vector<PipeOp>& PipelineRunner::schedule(PipelineMode mode, int64_t microbatches) {
+  Schedule& s = mode == PipelineMode::train ? train_ : forward_only_;
+  if (s.microbatches != microbatches) {
+    s.ops = pipeline_schedule(stages_, stage_, static_cast<int>(microbatches), chunks_, mode);
+    s.microbatches = microbatches;
+  }
+  return s.ops;
+}
+
+// Each op's send is posted in one group with the next op's receive (Megatron's
+// send_forward_recv_backward and the like): NCCL runs a group as one operation, so two stages
+// sending to each other cannot deadlock; for MPI the group is nothing. Receives are waited
+// before their op; sends only before their buffer is reused, which keeps every wait behind
+// its matching receive in the schedule's dependency order.
+double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
+  const std::vector<PipeOp>& ops = schedule(run.mode, run.microbatches);
+  const bool train = run.mode == PipelineMode::train;
+  const int v = chunks_, virtual_total = stages_ * chunks_;
+  if (slot_of_.size() < static_cast<size_t>(run.microbatches * v)) {
+    slot_of_.resize(static_cast<size_t>(run.microbatches * v));  // more than planned: rare
+  }
+  free_slots_.clear();
+  for (int s = static_cast<int>(fwd_sent_.size()) - 1; s >= 0; --s) free_slots_.push_back(s);
+  int backwards_left = 0;
+  for (const PipeOp& op : ops) backwards_left += op.kind == PipeOp::backward;
+  // Tag of the message leaving virtual stage `from` for microbatch k in direction dir.
+  auto tag = [&](int k, int from, int dir) { return 2 * (k * virtual_total + from) + dir; };
+  // Op k's activation slot (a forward takes a free one) and its receive, if any.
+  auto post_receive = [&](size_t k) -> CommRequest {
+    const PipeOp& op = ops[k];
+    const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
+    int& slot = slot_of_[op.microbatch * v + op.chunk];
+    if (op.kind == PipeOp::forward) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    if (c.recv_from_rank < 0) return {};
+    if (op.kind == PipeOp::forward) {
+      return pp_.irecv(model_.input(slot), c.recv_from_rank,
+                       tag(op.microbatch, c.virtual_stage - 1, 0));
+    }
+    return pp_.irecv(model_.grad_output(), c.recv_from_rank,
+                     tag(op.microbatch, c.virtual_stage + 1, 1));
+  };
+  CommRequest received;
+  if (!ops.empty()) {
+    pp_.group_start();
+    received = post_receive(0);
+    pp_.group_end();
+  }
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const PipeOp& op = ops[k];
+    const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
+    const int slot = slot_of_[op.microbatch * v + op.chunk];
+    pp_.wait(received);
+    if (op.kind == PipeOp::forward) {
+      // Forward only: the slot's previous output may still be on its way to the next stage.
+      pp_.wait(fwd_sent_[slot]);
+      if (c.reads_tokens || c.computes_loss) source.next(tokens_.data(), targets_.data());
+      model_.forward(slot, op.chunk, tokens_.data(), targets_.data());
+    } else {
+      if (--backwards_left == 0) model_.set_grads_ready_hook(run.grads_ready);
+      pp_.wait(bwd_sent_[slot]);  // the slot's d(input) buffer is about to be rewritten
+      model_.backward(slot, op.chunk, run.loss_scale);
+      pp_.wait(fwd_sent_[slot]);
+    }
+    pp_.group_start();
+    if (c.send_to_rank >= 0) {
+      if (op.kind == PipeOp::forward) {
+        fwd_sent_[slot] = pp_.isend(model_.output(slot), c.send_to_rank,
+                                    tag(op.microbatch, c.virtual_stage, 0));
+      } else {
+        bwd_sent_[slot] = pp_.isend(model_.grad_input(slot), c.send_to_rank,
+                                    tag(op.microbatch, c.virtual_stage, 1));
+      }
+    }
+    // A slot is free again after its backward, or (forward only) once its forward ran.
+    if (op.kind == PipeOp::backward || !train) free_slots_.push_back(slot);
+    received = k + 1 < ops.size() ? post_receive(k + 1) : CommRequest{};
+    pp_.group_end();
+  }
+  for (CommRequest& r : bwd_sent_) pp_.wait(r);
+  for (CommRequest& r : fwd_sent_) pp_.wait(r);
+  if (train) model_.set_grads_ready_hook(nullptr);
+  // The run's one read of the losses. On a GPU the host waits here for the run's kernels and
+  // collectives: watched like a blocking collective, so a peer that hangs ends the job.
+  const BlockingOp watch("waiting for the GPU's step (losses)", "device");
+  return model_.take_loss_sum();
+}
+
+}  // namespace jumbo

@@ -1,0 +1,111 @@
+// The trainer's checkpoints: what this rank saves and loads (its optimizer state as pieces),
+// the saves of the run, the resume at its start, and the save of a graceful stop.
+#include <fmt/format.h>
+
+#include "jumbo/train/checkpoint_io.h"
+#include "jumbo/train/stop_signal.h"
+#include "jumbo/train/trainer.h"
+
+namespace jumbo {
+
+bool Trainer::writes_checkpoint() const {
+  // Data-parallel replicas hold copies; with ZeRO-1 each holds its own optimizer slice.
+  return grid_.dp_rank() == 0 || plan_.zero1;
+}
+
+std::array<Tensor, 3> Trainer::saved_state() {
+  return {model_->params().all_master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+}
+
+std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
+  const std::array<Tensor, 3> state = saved_state();
+  std::array<float*, 3> host{};
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device == Device::cpu) {
+      host[i] = state[i].as<float>();
+      continue;
+    }
+    // Device state goes through host copies (kept between saves). A load writes only its
+    // pieces' ranges, so the copy starts from the current state either way.
+    staged_state_[i].resize(static_cast<size_t>(state[i].numel()));
+    backend_.to_host(staged_state_[i].data(), state[i]);
+    host[i] = staged_state_[i].data();
+  }
+  return optimizer_state_pieces(model_->params(), plan_.optimizer_ranges, host[0], host[1],
+                                host[2], use);
+}
+
+void Trainer::upload_staged_state() {
+  const std::array<Tensor, 3> state = saved_state();
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (state[i].device == Device::cpu) continue;
+    backend_.from_host(state[i], staged_state_[i].data());
+  }
+  backend_.synchronize();
+}
+
+void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
+  Manifest header;
+  CheckpointProgress& p = header.progress;
+  p.step = step;
+  p.consumed_samples = consumed_samples_;
+  p.consumed_tokens = consumed_tokens_;
+  p.optimizer_steps = optimizer_->steps_taken();
+  p.seed = cfg_.train.seed;
+  p.lr = lr;
+  p.global_batch = batch;
+  header.model = cfg_.model;
+  header.layout = cfg_.parallel;
+  header.layout.stage_layers = plan_.layers.per_stage;
+  header.precision = cfg_.train.precision;
+  header.data_train = cfg_.data.train;
+  header.tokenizer = cfg_.data.tokenizer;
+  const bool writer = writes_checkpoint();
+  checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
+                      writer, shard_file_name(grid_.coords()));
+}
+
+void Trainer::resume_from_checkpoint() {
+  const bool reader = writes_checkpoint();
+  const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(StateUse::load), reader);
+  if (!m) return;
+  upload_staged_state();
+  ParamStore& ps = model_->params();
+  if (cfg_.parallel.dp > 1 && !plan_.zero1) {
+    // dp rank 0 read the state; its replicas receive it over the data-parallel group.
+    groups_.dp.broadcast(ps.all_master(), 0);
+    groups_.dp.broadcast(optimizer_->exp_avg(), 0);
+    groups_.dp.broadcast(optimizer_->exp_avg_sq(), 0);
+  }
+  ps.refresh_compute_copy(backend_);
+  // ZeRO-1: each rank read only its shards; the weights of the others come from them.
+  grad_sync_->gather_weights();
+  optimizer_->set_steps_taken(m->progress.optimizer_steps);
+  step_ = m->progress.step;
+  consumed_samples_ = m->progress.consumed_samples;
+  consumed_tokens_ = m->progress.consumed_tokens;
+  if (m->progress.seed != cfg_.train.seed) {
+    print(fmt::format("checkpoint: saved with train.seed = {}, this run has {}: the data order "
+                      "from here on follows the new seed", m->progress.seed, cfg_.train.seed));
+  }
+}
+
+void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr,
+                              int64_t batch) {
+  summary.stop_signal = signal;
+  if (checkpointer_ && !cfg_.checkpoint.dir.empty()) {
+    if (!checkpointer_->due(step, cfg_.train.steps)) save_checkpoint(step, lr, batch);
+    checkpointer_->wait();
+    summary.stop_saved = true;
+    print(fmt::format("stopping after step {} of {} on {}: checkpoint saved in {}; exit {} so "
+                      "the job is requeued and resumes",
+                      step, cfg_.train.steps, stop_signal_name(signal), cfg_.checkpoint.dir,
+                      kExitStoppedForRequeue));
+  } else {
+    print(fmt::format("stopping after step {} of {} on {}: checkpoint.dir is empty, nothing "
+                      "saved",
+                      step, cfg_.train.steps, stop_signal_name(signal)));
+  }
+}
+
+}  // namespace jumbo
