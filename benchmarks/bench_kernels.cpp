@@ -30,7 +30,7 @@ Backend& backend() {
 Arena arena_for(std::initializer_list<std::pair<DType, int64_t>> tensors) {
   size_t bytes = 0;
   for (const auto& [dtype, numel] : tensors) bytes += dtype_size(dtype) * numel + Arena::kAlign;
-  return backend().make_arena(bytes, "bench");
+  return backend().device().make_arena(bytes, "bench");
 }
 
 // Cheap deterministic values in [-scale, scale): a random generator over 50M elements would
@@ -58,10 +58,10 @@ void randomize(Tensor t, float scale, uint64_t seed = 1) {
 template <class Kernel>
 void run_timed(benchmark::State& state, Kernel&& kernel) {
   kernel();
-  backend().synchronize();
+  backend().stream().synchronize();
   for (auto _ : state) {
     kernel();
-    backend().synchronize();
+    backend().stream().synchronize();
   }
 }
 
@@ -95,7 +95,7 @@ void BM_linear_bwd(benchmark::State& state, int64_t in_f, int64_t out_f, DType d
   Tensor dw = arena.alloc(DType::f32, {out_f, in_f}), db = arena.alloc(DType::f32, {out_f});
   randomize(in, 1.f, 1), randomize(w, 0.02f, 2), randomize(dout, 1e-3f, 3);
   backend().fill(dw, 0.f), backend().fill(db, 0.f);
-  run_timed(state, [&] { backend().linear_bwd(din, dw, db, dout, in, w, false); });
+  run_timed(state, [&] { backend().linear_bwd(din, dw, db, dout, in, w); });
   report_flops(state, 4.0 * kN * in_f * out_f);
 }
 
@@ -157,15 +157,6 @@ void BM_layernorm_bwd(benchmark::State& state, DType dt) {
 }
 
 // ---- elementwise ----
-void BM_gelu_fwd(benchmark::State& state, DType dt) {
-  const int64_t n = kN * kFfn;
-  Arena arena = arena_for({{dt, n}, {dt, n}});
-  Tensor in = arena.alloc(dt, {kN, kFfn}), out = arena.alloc(dt, {kN, kFfn});
-  randomize(in, 3.f);
-  run_timed(state, [&] { backend().gelu_fwd(out, in); });
-  report_bytes(state, 2.0 * n * dtype_size(dt));
-}
-
 void BM_gelu_bwd(benchmark::State& state, DType dt) {
   const int64_t n = kN * kFfn;
   Arena arena = arena_for({{dt, n}, {dt, n}, {dt, n}});
@@ -182,15 +173,6 @@ void BM_add(benchmark::State& state, DType dt) {
   Tensor a = arena.alloc(dt, {kN, kC}), b = arena.alloc(dt, {kN, kC}), out = arena.alloc(dt, {kN, kC});
   randomize(a, 1.f, 1), randomize(b, 1.f, 2);
   run_timed(state, [&] { backend().add(out, a, b); });
-  report_bytes(state, 3.0 * n * dtype_size(dt));
-}
-
-void BM_accumulate(benchmark::State& state, DType dt) {
-  const int64_t n = kN * kC;
-  Arena arena = arena_for({{dt, n}, {dt, n}});
-  Tensor dst = arena.alloc(dt, {kN, kC}), src = arena.alloc(dt, {kN, kC});
-  randomize(dst, 1.f, 1), randomize(src, 1e-6f, 2);
-  run_timed(state, [&] { backend().accumulate(dst, src); });
   report_bytes(state, 3.0 * n * dtype_size(dt));
 }
 
@@ -289,6 +271,27 @@ void BM_cross_entropy(benchmark::State& state, CePart part, DType dt) {
 }
 
 // ---- optimizer and reductions over all 124M parameters (f32 master, grads, state) ----
+// The parameter tensors of GPT-2 124M as ranges of one flat buffer, in the trainer's order:
+// the optimizer and the grad norm walk them all in one call.
+std::vector<AdamWRange> gpt2_ranges() {
+  std::vector<int64_t> sizes = {kVocab * kC, kMaxT * kC};
+  for (int l = 0; l < 12; ++l) {
+    for (int64_t n : {kC, kC, 3 * kC * kC, 3 * kC, kC * kC, kC, kC, kC, 4 * kC * kC, 4 * kC,
+                      4 * kC * kC, kC}) {
+      sizes.push_back(n);
+    }
+  }
+  sizes.push_back(kC);
+  sizes.push_back(kC);
+  std::vector<AdamWRange> ranges;
+  int64_t at = 0;
+  for (int64_t n : sizes) {
+    ranges.push_back({.flat = at, .local = at, .count = n, .weight_decay = n > 4 * kC});
+    at += n;
+  }
+  return ranges;
+}
+
 void BM_adamw(benchmark::State& state, bool bf16_copy) {
   Arena arena = arena_for({{DType::f32, kParams}, {DType::f32, kParams}, {DType::f32, kParams},
                            {DType::f32, kParams}, {DType::bf16, bf16_copy ? kParams : 0}});
@@ -300,8 +303,9 @@ void BM_adamw(benchmark::State& state, bool bf16_copy) {
   AdamWStep s;
   s.lr = 6e-4f;
   s.weight_decay = 0.1f;
+  const std::vector<AdamWRange> ranges = gpt2_ranges();
   run_timed(state, [&] {
-    backend().adamw(master, grad, m, v, copy, s);
+    backend().adamw(master, grad, m, v, copy, ranges, s);
     ++s.step;
   });
   // master, m, v read and written; grad read; the compute copy written.
@@ -312,16 +316,10 @@ void BM_sum_squares(benchmark::State& state) {
   Arena arena = arena_for({{DType::f32, kParams}});
   Tensor grad = arena.alloc(DType::f32, {kParams});
   randomize(grad, 1e-3f);
-  run_timed(state, [&] { benchmark::DoNotOptimize(backend().sum_squares(grad)); });
+  std::vector<FlatSpan> spans;
+  for (const AdamWRange& r : gpt2_ranges()) spans.push_back({r.flat, r.count});
+  run_timed(state, [&] { benchmark::DoNotOptimize(backend().sum_squares(grad, spans)); });
   report_bytes(state, 4.0 * kParams);
-}
-
-void BM_scale(benchmark::State& state) {
-  Arena arena = arena_for({{DType::f32, kParams}});
-  Tensor grad = arena.alloc(DType::f32, {kParams});
-  randomize(grad, 1e-3f);
-  run_timed(state, [&] { backend().scale(grad, 0.999f); });
-  report_bytes(state, 8.0 * kParams);
 }
 
 void BM_copy(benchmark::State& state, DType to, DType from) {
@@ -363,10 +361,8 @@ JUMBO_BENCH(BM_attention_fwd, f32, DType::f32);
 JUMBO_BENCH(BM_attention_bwd, f32, DType::f32);
 JUMBO_BENCH(BM_layernorm_fwd, f32, DType::f32);
 JUMBO_BENCH(BM_layernorm_bwd, f32, DType::f32);
-JUMBO_BENCH(BM_gelu_fwd, f32, DType::f32);
 JUMBO_BENCH(BM_gelu_bwd, f32, DType::f32);
 JUMBO_BENCH(BM_add, f32, DType::f32);
-JUMBO_BENCH(BM_accumulate, f32, DType::f32);
 JUMBO_BENCH(BM_token_embedding_fwd, f32, DType::f32);
 JUMBO_BENCH(BM_token_embedding_bwd, f32, DType::f32);
 JUMBO_BENCH(BM_position_embedding_fwd, f32, DType::f32);
@@ -380,7 +376,6 @@ JUMBO_BENCH(BM_cross_entropy, bwd_in_place_f32, CePart::bwd, DType::f32);
 JUMBO_BENCH(BM_adamw, params_124M_f32, false);
 JUMBO_BENCH(BM_adamw, params_124M_with_bf16_copy, true);
 BENCHMARK(BM_sum_squares)->Unit(benchmark::kMillisecond)->UseRealTime();  // 124M f32
-BENCHMARK(BM_scale)->Unit(benchmark::kMillisecond)->UseRealTime();  // 124M f32
 JUMBO_BENCH(BM_copy, params_124M_f32_to_bf16, DType::bf16, DType::f32);
 JUMBO_BENCH(BM_copy, params_124M_bf16_to_f32, DType::f32, DType::bf16);
 JUMBO_BENCH(BM_fill, params_124M_f32, DType::f32);

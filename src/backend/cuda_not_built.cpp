@@ -9,6 +9,11 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
                   "rebuild with cmake -DJUMBO_CUDA=ON (CUDA toolkit with NCCL)");
 }
 
+std::string cuda_unsupported_kernels(const KernelRequirements&) {
+  return "this jumbo was built without the CUDA backend; rebuild with cmake -DJUMBO_CUDA=ON "
+         "(CUDA toolkit with NCCL)";
+}
+
 bool cuda_backend_built() { return false; }
 
 int cuda_device_count() { return 0; }

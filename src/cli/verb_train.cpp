@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,24 @@
 
 namespace jumbo::cli {
 
+namespace {
+
+constexpr const char* kDemoSource = "<embedded inputs/runs/demo.toml>";
+
+// The embedded demo names its files relative to a checkout: the working directory when it is
+// one, else the repository this binary was built from, so `jumbo train` runs from anywhere.
+std::string demo_base_dir() {
+  const char* preset = "inputs/models/demo-small.toml";
+  if (std::filesystem::exists(preset)) return "";
+  if (std::filesystem::exists(std::filesystem::path(kJumboSourceDir) / preset)) return kJumboSourceDir;
+  throw UserError(fmt::format("{}: jumbo train without --config runs the demo of the checkout it "
+                              "was built from ({}), which is gone: run it from a checkout "
+                              "(scripts/demo.sh) or give --config RUN.toml",
+                              kDemoSource, kJumboSourceDir));
+}
+
+}  // namespace
+
 void add_train_verb(CLI::App& app, VerbRunner& run) {
   struct Args {
     std::string config;
@@ -26,15 +46,22 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
   cmd->add_option("--set", args->overrides, "override a key: section.key=value (repeatable)");
   cmd->callback([&run, args] {
     run = [args] {
+      const bool demo = args->config.empty();
       const RunConfig cfg =
-          args->config.empty()
-              ? parse_run_config(kEmbeddedDemoToml, "<embedded inputs/runs/demo.toml>",
-                                 args->overrides)
-              : load_run_config(args->config, args->overrides);
+          demo ? parse_run_config(kEmbeddedDemoToml, kDemoSource, args->overrides, demo_base_dir())
+               : load_run_config(args->config, args->overrides);
+      check_device_supports(cfg, cfg.parallel.device);  // before a device is opened
       auto backend = make_backend(cfg.parallel.device);
       install_stop_signal_handlers();
-      Trainer trainer(cfg, *backend, make_world_comm(*backend));
-      const TrainSummary s = trainer.run();
+      std::unique_ptr<Trainer> trainer;
+      try {
+        trainer = std::make_unique<Trainer>(cfg, *backend, make_world_comm(*backend));
+      } catch (const UserError& e) {
+        if (!demo || std::filesystem::exists(cfg.data.tokenizer)) throw;
+        throw UserError(fmt::format("{}; scripts/demo.sh makes the demo's tokenizer and data "
+                                    "(once, then trains)", e.what()));
+      }
+      const TrainSummary s = trainer->run();
       if (s.stop_signal != 0) return s.stop_saved ? kExitStoppedForRequeue : 128 + s.stop_signal;
       if (mpi_world()->rank() == 0) {
         fmt::print("done: {} steps, final loss {:.4f}", s.steps, s.final_loss);

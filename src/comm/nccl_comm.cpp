@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../backend/cuda/cuda_stream.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/watchdog.h"
 
@@ -281,10 +282,14 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, void* stream) {
+std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, Stream& stream) {
+  const auto* cuda_stream = dynamic_cast<const cuda::CudaStream*>(&stream);
+  if (!cuda_stream) {
+    throw std::logic_error(fmt::format("make_nccl_comm({}): NCCL needs the CUDA backend's stream, "
+                                       "got a {} one", bootstrap->name(), to_string(stream.device())));
+  }
   const std::string name = bootstrap->name();
-  return std::make_shared<NcclComm>(std::move(bootstrap), static_cast<cudaStream_t>(stream),
-                                    name);
+  return std::make_shared<NcclComm>(std::move(bootstrap), cuda_stream->handle(), name);
 }
 
 bool nccl_built() { return true; }

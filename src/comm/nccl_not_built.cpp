@@ -4,7 +4,7 @@
 
 namespace jumbo {
 
-std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm>, void*) {
+std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm>, Stream&) {
   throw UserError("NCCL communicators: this jumbo was built without CUDA; rebuild with cmake "
                   "-DJUMBO_CUDA=ON (CUDA toolkit with NCCL)");
 }

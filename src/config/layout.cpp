@@ -4,21 +4,15 @@
 
 namespace jumbo {
 
+// Names in enum order (the config loader reads them the same way).
 const char* to_string(Recompute r) {
-  switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "unknown";
+  constexpr const char* kNames[] = {"none", "selective", "full"};
+  return kNames[static_cast<size_t>(r)];
 }
 
 const char* to_string(Device d) {
-  switch (d) {
-    case Device::cpu: return "cpu";
-    case Device::cuda: return "cuda";
-  }
-  return "unknown";
+  constexpr const char* kNames[] = {"cpu", "cuda"};
+  return kNames[static_cast<size_t>(d)];
 }
 
 std::string Layout::describe() const {

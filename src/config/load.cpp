@@ -212,6 +212,7 @@ std::string show(const toml::node& node) {
 struct Origin {
   std::string where;   // "inputs/runs/demo.toml" or "--set 'train.lr=1'"
   bool from_file = true;
+  std::string base_dir;  // relative paths written here are relative to it ("": the cwd)
 
   std::string line_note(const toml::node& node) const {
     if (!from_file || node.source().begin.line == 0) return "";
@@ -237,6 +238,25 @@ int64_t integer_value(const Origin& at, const Section& s, const Field& f, const 
   bad_value(at, s, f, v, "an integer");
 }
 
+// The keys whose values are paths of files or directories.
+bool is_path(const Section& s, const Field& f) {
+  const std::string key = fmt::format("{}.{}", s.name, f.key);
+  for (const char* p : {"model.preset", "data.train", "data.valid", "data.tokenizer",
+                        "checkpoint.dir", "log.metrics_file", "log.emf_file"}) {
+    if (key == p) return true;
+  }
+  return false;
+}
+
+// A path as written, or relative to the origin's base directory.
+std::string resolved(const Origin& at, const Section& s, const Field& f, const std::string& value) {
+  if (at.base_dir.empty() || value.empty() || !is_path(s, f) || value.front() == '/' ||
+      value.rfind("s3://", 0) == 0) {
+    return value;
+  }
+  return (std::filesystem::path(at.base_dir) / value).string();
+}
+
 void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
             const toml::node& v) {
   void* target = f.address(cfg);
@@ -256,7 +276,7 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
       else bad_value(at, s, f, v, "a number");
       return;
     case Kind::string:
-      if (auto str = v.as_string()) *static_cast<std::string*>(target) = str->get();
+      if (auto str = v.as_string()) *static_cast<std::string*>(target) = resolved(at, s, f, str->get());
       else bad_value(at, s, f, v, "a string");
       return;
     case Kind::boolean:
@@ -345,7 +365,7 @@ void apply_run_file(RunConfig& cfg, const Origin& at, const toml::table& root) {
 ModelConfig read_preset(const std::string& path) {
   const toml::table root = parse_toml(read_file(path, "the model preset file"), path);
   RunConfig holder;
-  const Origin at{path, true};
+  const Origin at{path, true, ""};
   const Section& model = model_section();
   for (auto&& [key, value] : root) {
     if (key.str() == "model" && value.is_table()) {
@@ -370,7 +390,7 @@ struct Override {
 // `--set train.precision=bf16` and `--set data.train=build/x` both work.
 Override parse_override(const std::string& text) {
   Override o;
-  o.at = Origin{fmt::format("--set '{}'", text), false};
+  o.at = Origin{fmt::format("--set '{}'", text), false, ""};
   const size_t eq = text.find('=');
   const std::string name = text.substr(0, eq);
   const size_t dot = name.find('.');
@@ -410,7 +430,7 @@ Override parse_override(const std::string& text) {
 }  // namespace
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
-                           const std::vector<std::string>& overrides) {
+                           const std::vector<std::string>& overrides, const std::string& base_dir) {
   const toml::table root = parse_toml(toml_text, source);
   std::vector<Override> sets;
   for (const std::string& text : overrides) sets.push_back(parse_override(text));
@@ -419,7 +439,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   // which preset wins, load it, then apply the file and the overrides over it.
   RunConfig cfg;
   cfg.source = source;
-  const Origin file{source, true};
+  const Origin file{source, true, base_dir};
   apply_run_file(cfg, file, root);
   std::string preset_origin = file.where;
   for (const Override& o : sets) {

@@ -53,9 +53,13 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   params_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
   Arena counting;
   layout_activations(counting);
-  acts_arena_ = backend_.make_arena(counting.used(), "activations");
+  acts_arena_ = backend_.device().make_arena(counting.used(), "activations");
   layout_activations(acts_arena_);
   host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
+}
+
+KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions& opts) {
+  return {.head_dim = cfg.head_dim(), .compute_dtype = opts.compute_dtype};
 }
 
 std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
@@ -323,18 +327,17 @@ void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) 
   Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
   gather_sequence(dres, dres_full_);
-  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w),
-                      false);
+  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w));
   backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
-  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w), false);
+  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
   reduce_to_part(dln_, dln_part_);  // column-parallel input gradient
   backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_part_, a.residual2, W(p.ln2_w),
                          a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
   gather_sequence(dres, dres_full_);
-  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w), false);
+  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w));
   backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs);
-  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w), false);
+  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
   reduce_to_part(dln_, dln_part_);
   backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, input, W(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd);
@@ -346,7 +349,7 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
   backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
   backend_.fill_columns(logits_, vocab_valid_, 0.0f);
   backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
-                      lnf_full_.view({n, c}), params_.weight(wte_), false);
+                      lnf_full_.view({n, c}), params_.weight(wte_));
   reduce_to_part(dln_, dln_part_);  // the head is column-parallel over the vocabulary
   backend_.fill(dresidual_, 0.0f);
   backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_part_, x,

@@ -20,8 +20,8 @@ void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multipl
   const size_t f32_bytes = static_cast<size_t>(total_) * 4;
   const bool separate_copy = compute_dtype != DType::f32;
   const size_t copy_bytes = separate_copy ? static_cast<size_t>(total_) * dtype_size(compute_dtype) : 0;
-  device_ = backend.device();
-  arena_ = backend.make_arena(2 * f32_bytes + copy_bytes + 3 * Arena::kAlign, "params");
+  device_ = backend.device().kind();
+  arena_ = backend.device().make_arena(2 * f32_bytes + copy_bytes + 3 * Arena::kAlign, "params");
   master_ = arena_.alloc_bytes(f32_bytes);
   grads_ = arena_.alloc_bytes(f32_bytes);
   compute_ = separate_copy ? arena_.alloc_bytes(copy_bytes) : master_;
@@ -41,7 +41,7 @@ void ParamStore::initialize(Backend& backend, uint64_t seed) {
           std::vector<float> host(static_cast<size_t>(m.numel()));
           init_normal_slice(host.data(), seed, p.name, p.slice, p.init_std);
           backend.from_host(m, host.data());
-          backend.synchronize();  // `host` is freed next
+          backend.stream().synchronize();  // `host` is freed next
         }
         break;
       case InitKind::ones: backend.fill(m, 1.0f); break;

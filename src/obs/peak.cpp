@@ -28,47 +28,47 @@ volatile float g_peak_sink = 0;
 // have it (SkylakeX and later), so an AVX2 ceiling there would be half the real one and MFU
 // could pass 100%.
 #if defined(__AVX512F__)
-constexpr const char* kKernelName = "avx512";
-constexpr int kLanes = 16;
-int64_t fma_until(Clock::time_point deadline, float& checksum) {
-  const __m512 mul = _mm512_set1_ps(0.5f), add = _mm512_set1_ps(0.5f);
-  __m512 acc[kAccumulators];
-  for (int a = 0; a < kAccumulators; ++a) acc[a] = _mm512_set1_ps(float(a));
-  int64_t blocks = 0;
-  do {
-    for (int64_t i = 0; i < kInnerIterations; ++i) {
-#pragma GCC unroll 12
-      for (int a = 0; a < kAccumulators; ++a) acc[a] = _mm512_fmadd_ps(acc[a], mul, add);
-    }
-    ++blocks;
-  } while (Clock::now() < deadline);
-  __m512 total = acc[0];
-  for (int a = 1; a < kAccumulators; ++a) total = _mm512_add_ps(total, acc[a]);
-  alignas(64) float lanes[16];  // not _mm512_reduce_add_ps: GCC 12's header warns on it
-  _mm512_store_ps(lanes, total);
-  checksum = 0;
-  for (float v : lanes) checksum += v;
-  return blocks;
-}
+struct Simd {
+  static constexpr const char* kName = "avx512";
+  static constexpr int kLanes = 16;
+  using V = __m512;
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // Not _mm512_reduce_add_ps: GCC 12's header warns on it.
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+};
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr const char* kKernelName = "avx2+fma";
-constexpr int kLanes = 8;
+struct Simd {
+  static constexpr const char* kName = "avx2+fma";
+  static constexpr int kLanes = 8;
+  using V = __m256;
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+};
+#endif
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+constexpr const char* kKernelName = Simd::kName;
+constexpr int kLanes = Simd::kLanes;
 int64_t fma_until(Clock::time_point deadline, float& checksum) {
-  const __m256 mul = _mm256_set1_ps(0.5f), add = _mm256_set1_ps(0.5f);
-  __m256 acc[kAccumulators];
-  for (int a = 0; a < kAccumulators; ++a) acc[a] = _mm256_set1_ps(float(a));
+  const Simd::V mul = Simd::set1(0.5f), add = Simd::set1(0.5f);
+  Simd::V acc[kAccumulators];
+  for (int a = 0; a < kAccumulators; ++a) acc[a] = Simd::set1(float(a));
   int64_t blocks = 0;
   do {
     for (int64_t i = 0; i < kInnerIterations; ++i) {
 #pragma GCC unroll 12
-      for (int a = 0; a < kAccumulators; ++a) acc[a] = _mm256_fmadd_ps(acc[a], mul, add);
+      for (int a = 0; a < kAccumulators; ++a) acc[a] = Simd::fma(acc[a], mul, add);
     }
     ++blocks;
   } while (Clock::now() < deadline);
-  __m256 total = acc[0];
-  for (int a = 1; a < kAccumulators; ++a) total = _mm256_add_ps(total, acc[a]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, total);
+  Simd::V total = acc[0];
+  for (int a = 1; a < kAccumulators; ++a) total = Simd::add(total, acc[a]);
+  float lanes[kLanes];
+  Simd::store(lanes, total);
   checksum = 0;
   for (float v : lanes) checksum += v;
   return blocks;

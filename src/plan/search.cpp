@@ -86,14 +86,9 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
         for (Recompute recompute : {Recompute::none, Recompute::full}) {
           for (bool zero1 : {false, true}) {
             if (zero1 && dp == 1) continue;
-            Layout l;
-            l.tp = tp;
-            l.pp = pp;
-            l.dp = dp;
-            l.micro_batch = mb;
-            l.recompute = recompute;
-            l.zero1 = zero1;
-            l.sequence_parallel = tp > 1;
+            const Layout l{.tp = tp, .pp = pp, .dp = dp, .micro_batch = mb, .virtual_stages = 1,
+                           .stage_layers = {}, .sequence_parallel = tp > 1,
+                           .recompute = recompute, .zero1 = zero1};
             ++count;
             PlanCandidate c = evaluate_layout(r, l);
             if (c.fits) fitting.push_back(std::move(c));

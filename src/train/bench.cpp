@@ -63,11 +63,12 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   TrainBenchResult r;
   if (opts.peak_tflops > 0) {
     r.peak_tflops = opts.peak_tflops;
-  } else if (backend.device() == Device::cuda) {
-    const GpuSpec* gpu = gpu_from_device_name(backend.name(), backend.device_memory().total);
+  } else if (backend.device().kind() == Device::cuda) {
+    const GpuSpec* gpu =
+        gpu_from_device_name(backend.device().name(), backend.device().memory().total);
     if (!gpu) {
       throw UserError(fmt::format("bench train: {} is not a GPU jumbo knows the peak of: give "
-                                  "--peak-tflops", backend.name()));
+                                  "--peak-tflops", backend.device().name()));
     }
     r.peak_tflops = gpu->bf16_tflops;
   } else {
@@ -81,7 +82,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
                                                      .batch_tokens = batch_tokens,
                                                      .lr = 1e-4,
                                                      .grad_clip = 1.0});
-    backend.synchronize();
+    backend.stream().synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s == 0) r.loss_first = sr.loss;
     r.loss_last = sr.loss;

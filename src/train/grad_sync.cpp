@@ -23,7 +23,8 @@ GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& gr
   }
   next_ = buckets_.size();
   if (zero1_) {
-    owned_arena_ = backend.make_arena(static_cast<size_t>(local) * 4 + Arena::kAlign, "zero1-grads");
+    owned_arena_ =
+        backend.device().make_arena(static_cast<size_t>(local) * 4 + Arena::kAlign, "zero1-grads");
     owned_grads_ = owned_arena_.alloc(DType::f32, {local});
   }
   for (size_t i = params.size(); i-- > 0;) {

@@ -7,13 +7,13 @@ namespace jumbo {
 AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
              std::vector<OptimRange> ranges, int64_t state_elems,
              std::vector<OptimRange> norm_ranges)
-    : params_(params),
-      backend_(backend),
-      cfg_(cfg),
-      ranges_(std::move(ranges)),
-      norm_ranges_(std::move(norm_ranges)) {
-  norm_parts_.reserve(norm_ranges_.size());
-  arena_ = backend.make_arena(2 * static_cast<size_t>(state_elems) * 4 + 2 * Arena::kAlign, "adam");
+    : params_(params), backend_(backend), cfg_(cfg), ranges_(std::move(ranges)) {
+  for (const OptimRange& r : ranges_) {
+    adam_ranges_.push_back({r.flat, r.local, r.count, params.info(r.param).weight_decay});
+  }
+  for (const OptimRange& r : norm_ranges) norm_spans_.push_back({r.local, r.count});
+  arena_ = backend.device().make_arena(2 * static_cast<size_t>(state_elems) * 4 + 2 * Arena::kAlign,
+                                       "adam");
   m_ = arena_.alloc(DType::f32, {state_elems});
   v_ = arena_.alloc(DType::f32, {state_elems});
   backend.fill(m_, 0.0f);
@@ -35,21 +35,13 @@ void AdamW::step(double lr, float grad_scale, Tensor grads) {
   s.beta1 = static_cast<float>(cfg_.beta1);
   s.beta2 = static_cast<float>(cfg_.beta2);
   s.eps = static_cast<float>(cfg_.eps);
+  s.weight_decay = static_cast<float>(cfg_.weight_decay);
   s.step = step_;
   s.grad_scale = grad_scale;
-  const bool mixed = params_.mixed_precision();
-  for (const OptimRange& r : ranges_) {
-    s.weight_decay = params_.info(r.param).weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
-    backend_.adamw(params_.all_master().rows(r.flat, r.count), grads.rows(r.local, r.count),
-                   m_.rows(r.local, r.count), v_.rows(r.local, r.count),
-                   mixed ? params_.all_compute().rows(r.flat, r.count) : Tensor{}, s);
-  }
+  backend_.adamw(params_.all_master(), grads, m_, v_,
+                 params_.mixed_precision() ? params_.all_compute() : Tensor{}, adam_ranges_, s);
 }
 
-double AdamW::grad_norm_squared(Tensor grads) {
-  norm_parts_.clear();
-  for (const OptimRange& r : norm_ranges_) norm_parts_.push_back(grads.rows(r.local, r.count));
-  return backend_.sum_squares_all(norm_parts_);
-}
+double AdamW::grad_norm_squared(Tensor grads) { return backend_.sum_squares(grads, norm_spans_); }
 
 }  // namespace jumbo

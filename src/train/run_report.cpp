@@ -46,12 +46,12 @@ PlannedMemory plan_memory(const RunConfig& cfg) {
 Peak run_peak(const RunConfig& cfg, Backend& backend) {
   if (cfg.log.peak_tflops > 0) return {cfg.log.peak_tflops, "log.peak_tflops"};
   const GpuSpec* gpu = cfg.train.gpu.empty() ? nullptr : find_gpu(cfg.train.gpu);
-  if (!gpu && backend.device() == Device::cuda) {
-    gpu = gpu_from_device_name(backend.name(), backend.device_memory().total);
+  if (!gpu && backend.device().kind() == Device::cuda) {
+    gpu = gpu_from_device_name(backend.device().name(), backend.device().memory().total);
     if (!gpu) {
       throw UserError(fmt::format("{}: {} is not a GPU jumbo knows the peak of: set train.gpu "
                                   "(one of {}) or log.peak_tflops",
-                                  cfg.source, backend.name(), known_gpu_names()));
+                                  cfg.source, backend.device().name(), known_gpu_names()));
     }
   }
   if (gpu) return {gpu->bf16_tflops, "GPU bf16"};

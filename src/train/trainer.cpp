@@ -10,6 +10,7 @@
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
+#include "jumbo/train/device.h"
 #include "jumbo/train/stop_signal.h"
 
 namespace jumbo {
@@ -23,6 +24,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       plan_(plan_stage(cfg_, grid_.coords())),
       // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
       planned_(plan_memory(cfg_)) {
+  check_device_supports(cfg_, backend_.device().kind());
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
   data_ = std::make_unique<RunData>(cfg_, grid_.dp_rank());  // a mismatch fails here, early
@@ -67,7 +69,7 @@ void Trainer::print_start() {
   const StageBytes bytes{static_cast<double>(model_->params().bytes()),
                          static_cast<double>(optimizer_->state_bytes()),
                          static_cast<double>(model_->activation_bytes())};
-  print(layout_line(cfg_, bytes, backend_.name(), peak_));
+  print(layout_line(cfg_, bytes, backend_.device().name(), peak_));
   if (cfg_.parallel.pp > 1) print(pipeline_line(cfg_, plan_));
   print(data_->describe());
 }
@@ -176,9 +178,9 @@ TrainSummary Trainer::run() {
   if (checkpointer_) checkpointer_->wait();
   // On a GPU: device memory in use (arenas are allocated once, so this is the peak) against
   // the plan's GPU model; on the CPU: the peak resident set against its CPU model.
-  const bool on_gpu = backend_.device() == Device::cuda;
+  const bool on_gpu = backend_.device().kind() == Device::cuda;
   summary.planned_bytes = on_gpu ? planned_.gpu_bytes : planned_.cpu_bytes;
-  const double measured = on_gpu ? static_cast<double>(backend_.device_memory().used)
+  const double measured = on_gpu ? static_cast<double>(backend_.device().memory().used)
                                  : static_cast<double>(peak_rss_bytes());
   summary.measured_peak_bytes =
       static_cast<uint64_t>(world_->all_reduce_scalar(measured, ReduceOp::max));

@@ -41,7 +41,7 @@ void Trainer::upload_staged_state() {
     if (state[i].device == Device::cpu) continue;
     backend_.from_host(state[i], staged_state_[i].data());
   }
-  backend_.synchronize();
+  backend_.stream().synchronize();
 }
 
 void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {

@@ -120,7 +120,7 @@ Tensor KernelBench::poisoned(DType dtype, std::initializer_list<int64_t> dims) {
 }
 
 Vec KernelBench::download(Tensor t) {
-  backend_->synchronize();
+  backend_->stream().synchronize();
   const int64_t n = t.numel();
   Vec out(n);
   switch (t.dtype) {

@@ -117,7 +117,8 @@ TEST_P(AdamWKernel, ThreeStepsMatchReference) {
     for (int64_t i = 0; i < n; i += 97) grad[i] = 0;  // no gradient: only decay moves it
     kb.write(t_grad, grad);
     const Vec before = kb.download(t_master);
-    kb.be().adamw(t_master, t_grad, t_m, t_v, copy, s);
+    const std::vector<AdamWRange> all = {{.flat = 0, .local = 0, .count = n, .weight_decay = true}};
+    kb.be().adamw(t_master, t_grad, t_m, t_v, copy, all, s);
     master = before;  // both sides step from the same f32 weights
     ref::adamw(master, grad, m, v, s);
     const Vec got_master = kb.download(t_master);
@@ -145,6 +146,46 @@ TEST_P(AdamWKernel, ThreeStepsMatchReference) {
   int64_t unmoved = 0;
   for (int64_t i = 0; i < n; ++i) unmoved += got[i] == start[i] && start[i] != 0;
   EXPECT_EQ(unmoved, 0);
+}
+
+// Several ranges in one call, as ZeRO-1 gives them: each at its own flat offset of the
+// weights and local offset of the gradient and moments, with or without decay; elements no
+// range names are left alone.
+TEST(AdamWKernelRanges, EachRangeStepsLikeTheReferenceOnItsElements) {
+  KernelBench kb;
+  Rng rng(34);
+  const int64_t n = 3000, state = 1700;
+  const Vec start = round_to(DType::f32, rng.normal(n, 0.5));
+  const Vec grad = round_to(DType::f32, rng.normal(state, 0.02));
+  Tensor t_master = kb.upload(DType::f32, {n}, start);
+  Tensor t_grad = kb.upload(DType::f32, {state}, grad);
+  Tensor t_m = kb.upload(DType::f32, {state}, Vec(state, 0.0));
+  Tensor t_v = kb.upload(DType::f32, {state}, Vec(state, 0.0));
+  Tensor copy = kb.poisoned(DType::bf16, {n});
+  kb.be().fill(copy, 0.0f);
+  const std::vector<AdamWRange> ranges = {{.flat = 0, .local = 0, .count = 1000, .weight_decay = true},
+                                          {.flat = 1500, .local = 1000, .count = 700, .weight_decay = false}};
+  AdamWStep s;
+  s.lr = 3e-3f;
+  s.weight_decay = 0.1f;
+  s.step = 1;
+  kb.be().adamw(t_master, t_grad, t_m, t_v, copy, ranges, s);
+  const Vec got = kb.download(t_master), got_copy = kb.download(copy);
+  Vec want = start;
+  for (const AdamWRange& r : ranges) {
+    Vec part(start.begin() + r.flat, start.begin() + r.flat + r.count);
+    Vec g(grad.begin() + r.local, grad.begin() + r.local + r.count), m(r.count, 0.0), v(r.count, 0.0);
+    AdamWStep rs = s;
+    rs.weight_decay = r.weight_decay ? s.weight_decay : 0.0f;
+    ref::adamw(part, g, m, v, rs);
+    std::copy(part.begin(), part.end(), want.begin() + r.flat);
+  }
+  EXPECT_TRUE(close(got, want, kTolF32, "adamw over two ranges"));
+  for (int64_t i : {int64_t{1000}, int64_t{1499}, int64_t{2200}, n - 1}) {
+    EXPECT_EQ(got[i], start[i]) << "element " << i << " is in no range";
+    EXPECT_EQ(got_copy[i], 0.0) << "copy element " << i << " is in no range";
+  }
+  EXPECT_EQ(got_copy[5], ref::round_to_bf16(got[5]));
 }
 
 INSTANTIATE_TEST_SUITE_P(ComputeCopy, AdamWKernel, ::testing::Values(0, 1, 2),

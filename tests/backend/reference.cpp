@@ -100,13 +100,13 @@ Vec linear_fwd(const Vec& in, const Vec& weight, const Vec& bias, int64_t N, int
 }
 
 void linear_bwd(Vec* din, Vec& dweight, Vec* dbias, const Vec& dout, const Vec& in,
-                const Vec& weight, int64_t N, int64_t I, int64_t O, bool accumulate_din) {
+                const Vec& weight, int64_t N, int64_t I, int64_t O) {
   if (din) {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < I; ++i) {
         double acc = 0;
         for (int64_t o = 0; o < O; ++o) acc += dout[n * O + o] * weight[o * I + i];
-        (*din)[n * I + i] = accumulate_din ? (*din)[n * I + i] + acc : acc;
+        (*din)[n * I + i] = acc;
       }
   }
   for (int64_t o = 0; o < O; ++o)

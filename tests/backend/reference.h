@@ -33,10 +33,10 @@ void layernorm_bwd(Vec& dx, Vec& dweight, Vec& dbias, const Vec& dout, const Vec
 
 // ---- linear: out[N,O] = in[N,I] @ weight[O,I]^T + bias[O] (bias may be empty) ----
 Vec linear_fwd(const Vec& in, const Vec& weight, const Vec& bias, int64_t N, int64_t I, int64_t O);
-// din = (or += when accumulate_din) dout @ weight, skipped when din is null;
-// dweight += dout^T @ in; dbias += column sums of dout, skipped when dbias is null.
+// din = dout @ weight, skipped when din is null; dweight += dout^T @ in; dbias += column
+// sums of dout, skipped when dbias is null.
 void linear_bwd(Vec* din, Vec& dweight, Vec* dbias, const Vec& dout, const Vec& in,
-                const Vec& weight, int64_t N, int64_t I, int64_t O, bool accumulate_din);
+                const Vec& weight, int64_t N, int64_t I, int64_t O);
 
 // ---- causal self-attention, qkv[B,T,H,3,D], out[B,T,H,D], probs[B,H,T,T] ----
 struct AttentionShape {

@@ -71,7 +71,7 @@ TEST(ReferenceGradcheck, Linear) {
   Rng rng(2);
   const Vec in = rng.normal(N * I), w = rng.normal(O * I), b = rng.normal(O), g = rng.normal(N * O);
   Vec din(N * I, 0.0), dw(O * I, 0.0), db(O, 0.0);
-  ref::linear_bwd(&din, dw, &db, g, in, w, N, I, O, false);
+  ref::linear_bwd(&din, dw, &db, g, in, w, N, I, O);
 
   auto loss_in = [&](const Vec& v) { return dot(ref::linear_fwd(v, w, b, N, I, O), g); };
   auto loss_w = [&](const Vec& v) { return dot(ref::linear_fwd(in, v, b, N, I, O), g); };

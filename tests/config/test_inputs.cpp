@@ -99,9 +99,11 @@ TEST_F(ShippedInputs, EveryPresetLoadsWithItsPublishedShape) {
     EXPECT_NO_THROW(validate(run, 1));
   }
   // No preset in inputs/models/ goes untested.
-  for (const auto& entry : std::filesystem::directory_iterator("inputs/models"))
-    if (entry.path().extension() == ".toml")
+  for (const auto& entry : std::filesystem::directory_iterator("inputs/models")) {
+    if (entry.path().extension() == ".toml") {
       EXPECT_TRUE(checked.count(entry.path().filename().string())) << entry.path();
+    }
+  }
 }
 
 TEST_F(ShippedInputs, JumboLayoutOfThePublishedRunValidates) {

@@ -42,8 +42,8 @@ std::string gpu_unavailable_reason() {
 DualBench::DualBench(size_t arena_bytes)
     : cpu_(make_cpu_backend()),
       gpu_(make_cuda_backend(0)),
-      cpu_arena_(cpu_->make_arena(arena_bytes, "gpu-test cpu")),
-      gpu_arena_(gpu_->make_arena(arena_bytes, "gpu-test gpu")),
+      cpu_arena_(cpu_->device().make_arena(arena_bytes, "gpu-test cpu")),
+      gpu_arena_(gpu_->device().make_arena(arena_bytes, "gpu-test gpu")),
       cpu_stage_(cpu_arena_.alloc(DType::f32, {kStageFloats})),
       gpu_stage_(gpu_arena_.alloc(DType::f32, {kStageFloats})) {}
 
@@ -83,7 +83,7 @@ Values DualBench::download(Backend& side, Tensor t) {
     std::vector<int32_t> host(out.size());
     Tensor h(host.data(), DType::i32, {t.numel()});
     side.copy(h, t);
-    side.synchronize();
+    side.stream().synchronize();
     for (size_t i = 0; i < out.size(); ++i) out[i] = host[i];
     return out;
   }

@@ -50,7 +50,7 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   // One rank, two microbatches of 2 x 128 per step: the trainer's own parts.
   Layout layout;
   layout.micro_batch = 2;
-  layout.device = backend.device();
+  layout.device = backend.device().kind();
   const StagePlan plan =
       plan_stage(m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, {});
   Grid grid(make_solo_comm("world"), 1, 1);

@@ -85,7 +85,9 @@ TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsLargestFirst) {
     EXPECT_LE(l.tp, 8);
     EXPECT_EQ(l.tp * l.pp * l.dp, 512);
     EXPECT_EQ(1536 % (l.micro_batch * l.dp), 0);
-    if (i > 0) EXPECT_GE(fitting[i - 1].memory.total(), fitting[i].memory.total());
+    if (i > 0) {
+      EXPECT_GE(fitting[i - 1].memory.total(), fitting[i].memory.total());
+    }
   }
   const PlanCandidate* best = recommended_layout(fitting);
   ASSERT_NE(best, nullptr);

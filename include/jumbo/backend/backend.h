@@ -1,6 +1,8 @@
 #pragma once
-// Backend: the one seam between the model and a device. Memory plus one function per kernel
-// the model needs, forward and backward, in the style of llm.c: explicit, no autograd.
+// Backend: the one seam between the model and a device, in three parts (ggml's device,
+// stream and kernels): the device (name, memory, arenas, what its kernels support:
+// device.h), the stream its work runs on (stream.h), and one function per kernel the model
+// needs, forward and backward, in the style of llm.c: explicit, no autograd.
 //
 // Conventions:
 // - Activations and compute weights have the compute dtype (f32 or bf16); every kernel reads
@@ -12,10 +14,12 @@
 //   communication between kernels, the backend knows nothing of it.
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
-#include <vector>
 
 #include "jumbo/backend/arena.h"
+#include "jumbo/backend/device.h"
+#include "jumbo/backend/stream.h"
 #include "jumbo/backend/tensor.h"
 
 namespace jumbo {
@@ -25,31 +29,33 @@ struct AdamWStep {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
-  float weight_decay = 0;
+  float weight_decay = 0;  // for the ranges that decay
   int64_t step = 1;        // 1-based, for bias correction
   float grad_scale = 1.f;  // applied to the gradient first (global-norm clipping)
+};
+
+// One range an optimizer step updates: `count` elements at `flat` in the flat parameter
+// buffers (master weights, compute copy) and at `local` in the gradient and the moments.
+struct AdamWRange {
+  int64_t flat = 0, local = 0, count = 0;
+  bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
+};
+
+// `count` elements at `offset` of a flat tensor.
+struct FlatSpan {
+  int64_t offset = 0, count = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual Device device() const = 0;
-  virtual std::string name() const = 0;
+  virtual BackendDevice& device() = 0;
+  virtual Stream& stream() = 0;
 
   // ---- memory ----
-  virtual Arena make_arena(size_t bytes, const std::string& name) = 0;
   virtual void fill(Tensor t, float value) = 0;
   // dst = src element by element; numel must match; converts between f32 and bf16.
   virtual void copy(Tensor dst, Tensor src) = 0;
-  virtual void synchronize() {}
-  // The queue device work runs on, for communicators that must order against it (a
-  // cudaStream_t for CUDA); nullptr on the CPU, where every call completes before returning.
-  virtual void* stream() { return nullptr; }
-  // Device memory in use now and in total (cudaMemGetInfo); {0, 0} for host memory.
-  struct MemoryInfo {
-    uint64_t used = 0, total = 0;
-  };
-  virtual MemoryInfo device_memory() const { return {}; }
   // Treat denormal floats as zero (like torch.set_flush_denormal). Denormal results — tiny
   // Adam second moments, vanishing gradients — cost ~100x per operation on x86 and made later
   // CPU training steps several times slower than the first. The trainer turns it on for its
@@ -76,17 +82,13 @@ class Backend {
 
   // ---- linear: out[N,O] = in[N,I] @ weight[O,I]^T + bias[O] (bias may be empty) ----
   virtual void linear_fwd(Tensor out, Tensor in, Tensor weight, Tensor bias) = 0;
-  // din[N,I] = (or += when accumulate_din) dout @ weight; dweight (f32) += dout^T @ in;
-  // dbias (f32, may be empty) += column sums of dout. din may be empty (not needed).
+  // din[N,I] = dout @ weight; dweight (f32) += dout^T @ in; dbias (f32, may be empty) +=
+  // column sums of dout. din may be empty (not needed).
   virtual void linear_bwd(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
-                          Tensor weight, bool accumulate_din) = 0;
-
-  // out = gelu(in @ weight^T + bias), keeping the pre-activation in `pre` (its backward needs
-  // it). A GPU fuses both into the GEMM's epilogue; this default runs them one after another.
-  virtual void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor weight, Tensor bias) {
-    linear_fwd(pre, in, weight, bias);
-    gelu_fwd(out, pre);
-  }
+                          Tensor weight) = 0;
+  // out = gelu(in @ weight^T + bias) (tanh approximation), keeping the pre-activation in
+  // `pre` (its backward needs it). A GPU fuses the GELU into the GEMM's epilogue.
+  virtual void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor weight, Tensor bias) = 0;
 
   // ---- causal self-attention ----
   // qkv is a 3-d tensor [B, T, H*3*D] laid out per head as (q, k, v), each D wide; the head
@@ -102,10 +104,8 @@ class Backend {
                              Tensor stats) = 0;
 
   // ---- elementwise ----
-  virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // tanh approximation
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b
-  virtual void accumulate(Tensor dst, Tensor src) = 0;              // dst += src
 
   // ---- vocab-parallel cross-entropy, from parts (logits[N,Vl] = this rank's vocab slice) ----
   virtual void ce_local_max(Tensor max, Tensor logits) = 0;                       // f32 [N]
@@ -124,20 +124,17 @@ class Backend {
   // depends on tp, never changes the model.
   virtual void fill_columns(Tensor t, int64_t first_col, float value) = 0;
 
-  // ---- optimizer and reductions (f32 master, grads and state) ----
-  // AdamW on one parameter range; compute_copy (may be empty) receives the new weights in
-  // the compute dtype (the bf16 copy in mixed precision).
+  // ---- optimizer and reductions over the flat buffers (f32 master, grads and state) ----
+  // AdamW on every range in one pass (llm.c's gpt2_update: one launch, not one per tensor):
+  // master and compute_copy are indexed by AdamWRange::flat, grad, m and v by ::local.
+  // compute_copy (may be empty) receives the new weights in the compute dtype (the bf16
+  // copy in mixed precision).
   virtual void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
-                     const AdamWStep& s) = 0;
-  virtual double sum_squares(Tensor t) = 0;
-  // The sum over several tensors (the grad norm's parameter ranges), added in order. A GPU
-  // keeps the partial sums on the device and waits once per call, not once per tensor.
-  virtual double sum_squares_all(const std::vector<Tensor>& ts) {
-    double sum = 0;
-    for (const Tensor& t : ts) sum += sum_squares(t);
-    return sum;
-  }
-  virtual void scale(Tensor t, float s) = 0;
+                     std::span<const AdamWRange> ranges, const AdamWStep& s) = 0;
+  // The sum of squares of the spans of `flat` (f32), in one pass: each span's sum in double,
+  // the spans' sums added in order (so the result does not depend on the device's grouping).
+  // The host waits for it: the grad norm's one read per step.
+  virtual double sum_squares(Tensor flat, std::span<const FlatSpan> spans) = 0;
   // Copies n f32 values from device tensor t to the host (for losses and statistics).
   virtual void to_host(float* dst, Tensor t) = 0;
   // Copies host data into a device tensor of the same byte size.

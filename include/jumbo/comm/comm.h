@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "jumbo/backend/stream.h"
 #include "jumbo/backend/tensor.h"
 
 namespace jumbo {
@@ -82,10 +83,11 @@ std::shared_ptr<Comm> mpi_world();
 int mpi_init(int* argc, char*** argv);
 void mpi_finalize();
 // NCCL communicator of the same group as `bootstrap` (an MPI communicator): tensor
-// collectives and point-to-point on device memory, queued on `stream` (a cudaStream_t);
-// scalars, bytes, barrier and split go through `bootstrap`. The NCCL unique id is created by
-// rank 0 and broadcast over `bootstrap`. Without -DJUMBO_CUDA=ON it throws UserError.
-std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, void* stream);
+// collectives and point-to-point on device memory, ordered against `stream` (the CUDA
+// backend's; any other is a logic error); scalars, bytes, barrier and split go through
+// `bootstrap`. The NCCL unique id is created by rank 0 and broadcast over `bootstrap`.
+// Without -DJUMBO_CUDA=ON it throws UserError.
+std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, Stream& stream);
 bool nccl_built();
 
 // What `jumbo doctor` reports of the MPI library: "Open MPI v4.1.4", thread support, host.

@@ -115,9 +115,12 @@ struct RunConfig {
 // Reads a run config TOML file, applies `section.key=value` overrides, validates.
 // Throws UserError with one line on any mistake.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
-// Same from TOML text (the embedded demo config); `source` names it in messages.
+// Same from TOML text (the embedded demo config); `source` names it in messages. Relative
+// paths in the text are relative to `base_dir` ("": the working directory); those of the
+// overrides always to the working directory.
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
-                           const std::vector<std::string>& overrides);
+                           const std::vector<std::string>& overrides,
+                           const std::string& base_dir = "");
 // Reads just a model preset file (keys of the [model] section, at top level or under [model]).
 ModelConfig load_model_config(const std::string& path);
 // All consistency checks in one place; `world_size` is the MPI world. world_size 0 (what

@@ -49,6 +49,10 @@ struct GptOptions {
   bool sequence_parallel = false;
 };
 
+// What a stage with these options asks of a backend's kernels (backend/device.h): checked
+// against the device when a run is validated.
+KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions& opts);
+
 // The parameters of one pipeline stage on tp rank `tp_rank` of `tp_size`, in the order the
 // flat buffers hold them (no memory: checkpoint conversion lays out stages it never builds).
 std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,

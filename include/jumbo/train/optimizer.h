@@ -41,8 +41,9 @@ class AdamW {
   AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg,
         std::vector<OptimRange> ranges, int64_t state_elems, std::vector<OptimRange> norm_ranges);
 
-  std::vector<OptimRange> ranges_, norm_ranges_;
-  std::vector<Tensor> norm_parts_;  // reused: the step loop allocates nothing
+  std::vector<OptimRange> ranges_;
+  std::vector<AdamWRange> adam_ranges_;  // the same ranges with their weight decay, for the kernel
+  std::vector<FlatSpan> norm_spans_;     // the grad-norm ranges in the gradient source
   Arena arena_;
   Tensor m_, v_;
   int64_t step_ = 0;

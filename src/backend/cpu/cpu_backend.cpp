@@ -17,13 +17,26 @@ void set_denormal_flushing_on_all_threads(bool on) {
   _mm_setcsr(on ? (_mm_getcsr() | kFtzDaz) : (_mm_getcsr() & ~kFtzDaz));
 }
 
+class CpuDevice final : public BackendDevice {
+ public:
+  Device kind() const override { return Device::cpu; }
+  std::string name() const override { return "cpu"; }
+  Arena make_arena(size_t bytes, const std::string& name) override { return Arena(bytes, name); }
+};
+
+// Every call completes before it returns: nothing is ever queued.
+class CpuStream final : public Stream {
+ public:
+  Device device() const override { return Device::cpu; }
+  void synchronize() override {}
+};
+
 class CpuBackend final : public Backend {
  public:
+  BackendDevice& device() override { return device_; }
+  Stream& stream() override { return stream_; }
   void set_flush_denormals(bool on) override { set_denormal_flushing_on_all_threads(on); }
-  Device device() const override { return Device::cpu; }
-  std::string name() const override { return "cpu"; }
 
-  Arena make_arena(size_t bytes, const std::string& name) override { return Arena(bytes, name); }
   void fill(Tensor t, float value) override { cpu::fill(t, value); }
   void copy(Tensor dst, Tensor src) override { cpu::copy(dst, src); }
   void fill_columns(Tensor t, int64_t first_col, float value) override {
@@ -53,9 +66,13 @@ class CpuBackend final : public Backend {
   void linear_fwd(Tensor out, Tensor in, Tensor w, Tensor bias) override {
     cpu::linear_fwd(scratch_, out, in, w, bias);
   }
-  void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                  bool accumulate_din) override {
-    cpu::linear_bwd(scratch_, din, dw, dbias, dout, in, w, accumulate_din);
+  // No fused epilogue on the CPU: the GEMM, then the GELU.
+  void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) override {
+    cpu::linear_fwd(scratch_, pre, in, w, bias);
+    cpu::gelu_fwd(out, pre);
+  }
+  void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) override {
+    cpu::linear_bwd(scratch_, din, dw, dbias, dout, in, w);
   }
   void attention_fwd(Tensor out, Tensor probs, Tensor qkv) override {
     cpu::attention_fwd(out, probs, qkv);
@@ -64,10 +81,8 @@ class CpuBackend final : public Backend {
                      Tensor probs) override {
     cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs);
   }
-  void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cpu::gelu_bwd(din, dout, in); }
   void add(Tensor out, Tensor a, Tensor b) override { cpu::add(out, a, b); }
-  void accumulate(Tensor dst, Tensor src) override { cpu::accumulate(dst, src); }
 
   void ce_local_max(Tensor max, Tensor logits) override { cpu::ce_local_max(max, logits); }
   void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max) override {
@@ -85,11 +100,12 @@ class CpuBackend final : public Backend {
   }
 
   void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
-             const AdamWStep& s) override {
-    cpu::adamw(master, grad, m, v, compute_copy, s);
+             std::span<const AdamWRange> ranges, const AdamWStep& s) override {
+    cpu::adamw(master, grad, m, v, compute_copy, ranges, s);
   }
-  double sum_squares(Tensor t) override { return cpu::sum_squares(t); }
-  void scale(Tensor t, float s) override { cpu::scale(t, s); }
+  double sum_squares(Tensor flat, std::span<const FlatSpan> spans) override {
+    return cpu::sum_squares(flat, spans, sum_partials_, sum_blocks_);
+  }
   void to_host(float* dst, Tensor t) override {
     cpu::expect(t.dtype == DType::f32, "to_host: f32 tensor");
     std::memcpy(dst, t.data, t.bytes());
@@ -97,7 +113,11 @@ class CpuBackend final : public Backend {
   void from_host(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.bytes()); }
 
  private:
+  CpuDevice device_;
+  CpuStream stream_;
   cpu::Scratch scratch_;
+  std::vector<double> sum_partials_;
+  std::vector<int64_t> sum_blocks_;
 };
 
 }  // namespace

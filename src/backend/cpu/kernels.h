@@ -1,6 +1,7 @@
 #pragma once
 // CPU kernels behind CpuBackend. Each takes Tensors whose dtypes it checks; activations and
 // compute weights are f32 or bf16 (one compute dtype per call), grads and statistics f32.
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,8 +42,6 @@ void copy(Tensor dst, Tensor src);
 void gelu_fwd(Tensor out, Tensor in);
 void gelu_bwd(Tensor din, Tensor dout, Tensor in);
 void add(Tensor out, Tensor a, Tensor b);
-void accumulate(Tensor dst, Tensor src);
-void scale(Tensor t, float s);
 
 void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);
 void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start);
@@ -53,8 +52,7 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
                    Tensor rstd);
 
 void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias);
-void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                bool accumulate_din);
+void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
 void attention_fwd(Tensor out, Tensor probs, Tensor qkv);
 void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs);
@@ -67,7 +65,9 @@ void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor tar
             int64_t vocab_start, float scale);
 
 void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
-           const AdamWStep& s);
-double sum_squares(Tensor t);
+           std::span<const AdamWRange> ranges, const AdamWStep& s);
+// `partials` and `first_block` are grow-once scratch.
+double sum_squares(Tensor flat, std::span<const FlatSpan> spans, std::vector<double>& partials,
+                   std::vector<int64_t>& first_block);
 
 }  // namespace jumbo::cpu

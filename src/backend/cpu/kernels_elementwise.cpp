@@ -114,31 +114,6 @@ void add(Tensor out, Tensor a, Tensor b) {
   });
 }
 
-void accumulate(Tensor dst, Tensor src) {
-  expect(dst.numel() == src.numel(), "accumulate: shapes");
-  const int64_t n = dst.numel();
-  dispatch_float(dst.dtype, [&](auto dtag) {
-    using D = decltype(dtag);
-    dispatch_float(src.dtype, [&](auto stag) {
-      using S = decltype(stag);
-      const S* s = src.as<S>();
-      D* d = dst.as<D>();
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) store(d, i, load(d, i) + load(s, i));
-    });
-  });
-}
-
-void scale(Tensor t, float s) {
-  const int64_t n = t.numel();
-  dispatch_float(t.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = t.as<T>();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) store(p, i, load(p, i) * s);
-  });
-}
-
 void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) {
   expect(tokens.dtype == DType::i32 && out.dtype == wte.dtype, "token_embedding_fwd: dtypes");
   const int64_t n_tok = tokens.numel();

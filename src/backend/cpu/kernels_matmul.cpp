@@ -46,8 +46,7 @@ void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias) {
   if (out.dtype != DType::f32) copy(out, Tensor(pout, DType::f32, {out.numel()}));
 }
 
-void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                bool accumulate_din) {
+void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) {
   const int64_t o = w.dim(0), k = w.dim(1);
   const int64_t n = in.numel() / k;
   expect(dout.numel() == n * o && dw.dtype == DType::f32 && dw.numel() == o * k,
@@ -58,18 +57,13 @@ void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
     expect(din.numel() == n * k, "linear_bwd: din shape");
     const float* pw = as_f32(s, 2, w);
     if (din.dtype == DType::f32) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, pg, o, pw, k,
-                  accumulate_din ? 1.0f : 0.0f, din.as<float>(), k);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, pg, o, pw, k, 0.0f,
+                  din.as<float>(), k);
     } else {
       float* tmp = s.get(3, din.numel());
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, o, 1.0f, pg, o, pw, k, 0.0f,
                   tmp, k);
-      Tensor t(tmp, DType::f32, {din.numel()});
-      if (accumulate_din) {
-        accumulate(din, t);
-      } else {
-        copy(din, t);
-      }
+      copy(din, Tensor(tmp, DType::f32, {din.numel()}));
     }
   }
   // Weight gradient accumulates straight into the f32 main grad.

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "cuda_check.h"
+#include "cuda_stream.h"
 #include "gemm.h"
 #include "jumbo/backend/backend.h"
 #include "jumbo/config/config.h"
@@ -80,44 +81,22 @@ class UploadRing {
   int next_ = 0;
 };
 
-class CudaBackend final : public Backend {
+// The device part: the GPU, its memory, and device-memory arenas.
+class CudaDevice final : public BackendDevice {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  explicit CudaDevice(int device) : device_(device) {
     cuda::check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     cuda::check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     name_ = fmt::format("cuda:{} ({}, sm_{}{})", device, prop.name, prop.major, prop.minor);
-    cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda::check(cudaMalloc(&gemm_workspace_, kGemmWorkspace), "cudaMalloc (cuBLASLt workspace)");
-    cuda::check(cudaMalloc(&partials_, cuda::sum_squares_partials() * sizeof(double) +
-                                           sizeof(double)),
-                "cudaMalloc (reduction partials)");
-    cuda::check(cudaMallocHost(&host_scalar_, sizeof(double)), "cudaMallocHost (scalar)");
-    cuda::check(cudaMalloc(&sums_, kMaxSums * sizeof(double)), "cudaMalloc (sums)");
-    cuda::check(cudaMallocHost(&host_sums_, kMaxSums * sizeof(double)), "cudaMallocHost (sums)");
-    gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_, kGemmWorkspace);
   }
-  ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
-    gemm_.reset();
-    cudaFreeHost(host_sums_);
-    cudaFree(sums_);
-    cudaFreeHost(host_scalar_);
-    cudaFree(partials_);
-    cudaFree(gemm_workspace_);
-    cudaStreamDestroy(stream_);
-  }
-
-  Device device() const override { return Device::cuda; }
+  Device kind() const override { return Device::cuda; }
   std::string name() const override { return name_; }
-  void* stream() override { return stream_; }
-  MemoryInfo device_memory() const override {
+  MemoryInfo memory() const override {
     size_t free = 0, total = 0;
     cuda::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return {static_cast<uint64_t>(total - free), static_cast<uint64_t>(total)};
   }
-  void synchronize() override { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
   Arena make_arena(size_t bytes, const std::string& name) override {
     void* p = nullptr;
     const size_t rounded = std::max<size_t>((bytes + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign,
@@ -137,149 +116,161 @@ class CudaBackend final : public Backend {
     return Arena(p, rounded, name, Device::cuda, release_device_memory);
   }
 
-  void fill(Tensor t, float value) override { cuda::fill(stream_, t, value); }
+ private:
+  int device_;
+  std::string name_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    cuda::check(cudaMalloc(&gemm_workspace_, kGemmWorkspace), "cudaMalloc (cuBLASLt workspace)");
+    gemm_ = std::make_unique<cuda::Gemm>(gemm_workspace_, kGemmWorkspace);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(s());
+    gemm_.reset();
+    cudaFreeHost(host_sums_);
+    cudaFree(sums_);
+    cudaFree(gemm_workspace_);
+  }
+
+  BackendDevice& device() override { return device_; }
+  Stream& stream() override { return stream_; }
+
+  void fill(Tensor t, float value) override { cuda::fill(s(), t, value); }
   void copy(Tensor dst, Tensor src) override {
     if (dst.numel() != src.numel())
       throw std::invalid_argument(fmt::format("copy: {} <- {}", dst.describe(), src.describe()));
     if (dst.device == Device::cuda && src.device == Device::cuda) {
-      cuda::convert_copy(stream_, dst, src);
+      cuda::convert_copy(s(), dst, src);
     } else if (dst.dtype == src.dtype) {  // host <-> device, same dtype
-      cuda::check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, stream_),
+      cuda::check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, s()),
                   "cudaMemcpyAsync (copy)");
-      if (dst.device == Device::cpu) synchronize();  // the host reads it next
+      if (dst.device == Device::cpu) stream_.synchronize();  // the host reads it next
     } else {
       throw std::invalid_argument(fmt::format("copy between host and device converts dtype: {} "
                                               "<- {}", dst.describe(), src.describe()));
     }
   }
   void fill_columns(Tensor t, int64_t first_col, float value) override {
-    cuda::fill_columns(stream_, t, first_col, value);
+    cuda::fill_columns(s(), t, first_col, value);
   }
 
   void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) override {
-    cuda::token_embedding_fwd(stream_, out, tokens, wte, vocab_start);
+    cuda::token_embedding_fwd(s(), out, tokens, wte, vocab_start);
   }
   void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) override {
     auto* scratch = static_cast<int*>(tok_scratch_.get(
-        cuda::token_embedding_bwd_scratch_ints(tokens.numel(), dwte.dim(0)) * sizeof(int),
-        stream_));
-    cuda::token_embedding_bwd(stream_, dwte, dout, tokens, vocab_start, scratch);
+        cuda::token_embedding_bwd_scratch_ints(tokens.numel(), dwte.dim(0)) * sizeof(int), s()));
+    cuda::token_embedding_bwd(s(), dwte, dout, tokens, vocab_start, scratch);
   }
   void position_embedding_fwd(Tensor out, Tensor wpe) override {
-    cuda::position_embedding_fwd(stream_, out, wpe);
+    cuda::position_embedding_fwd(s(), out, wpe);
   }
   void position_embedding_bwd(Tensor dwpe, Tensor dout) override {
-    cuda::position_embedding_bwd(stream_, dwpe, dout);
+    cuda::position_embedding_bwd(s(), dwpe, dout);
   }
   void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b,
                      float eps) override {
-    cuda::layernorm_fwd(stream_, out, mean, rstd, x, w, b, eps);
+    cuda::layernorm_fwd(s(), out, mean, rstd, x, w, b, eps);
   }
   void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w,
                      Tensor mean, Tensor rstd) override {
     const int64_t cols = x.dim(-1), rows = x.numel() / cols;
     auto* scratch = static_cast<float*>(
-        ln_scratch_.get(cuda::layernorm_bwd_scratch_floats(rows, cols) * sizeof(float), stream_));
-    cuda::layernorm_bwd(stream_, dx, dw, db, dout, x, w, mean, rstd, scratch);
+        ln_scratch_.get(cuda::layernorm_bwd_scratch_floats(rows, cols) * sizeof(float), s()));
+    cuda::layernorm_bwd(s(), dx, dw, db, dout, x, w, mean, rstd, scratch);
   }
   void linear_fwd(Tensor out, Tensor in, Tensor w, Tensor bias) override {
-    gemm_->linear_fwd(stream_, out, in, w, bias);
+    gemm_->linear_fwd(s(), out, in, w, bias);
   }
   void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) override {
-    gemm_->linear_gelu_fwd(stream_, out, pre, in, w, bias);
+    gemm_->linear_gelu_fwd(s(), out, pre, in, w, bias);
   }
-  void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                  bool accumulate_din) override {
-    gemm_->linear_bwd(stream_, din, dw, dbias, dout, in, w, accumulate_din);
+  void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) override {
+    gemm_->linear_bwd(s(), din, dw, dbias, dout, in, w);
   }
   // Flash attention keeps one log-sum-exp per row, not the T x T probabilities.
   int64_t attention_stats_cols(int64_t) const override { return 1; }
   void attention_fwd(Tensor out, Tensor lse, Tensor qkv) override {
-    cuda::flash_attention_fwd(stream_, out, lse, qkv);
+    cuda::flash_attention_fwd(s(), out, lse, qkv);
   }
   void attention_bwd(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out,
                      Tensor lse) override {
-    cuda::flash_attention_bwd(stream_, dqkv, delta, dout, qkv, out, lse);
+    cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse);
   }
-  void gelu_fwd(Tensor out, Tensor in) override { cuda::gelu_fwd(stream_, out, in); }
-  void gelu_bwd(Tensor din, Tensor dout, Tensor in) override {
-    cuda::gelu_bwd(stream_, din, dout, in);
-  }
-  void add(Tensor out, Tensor a, Tensor b) override { cuda::add(stream_, out, a, b); }
-  void accumulate(Tensor dst, Tensor src) override { cuda::accumulate(stream_, dst, src); }
+  void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }
+  void add(Tensor out, Tensor a, Tensor b) override { cuda::add(s(), out, a, b); }
 
-  void ce_local_max(Tensor max, Tensor logits) override { cuda::ce_local_max(stream_, max, logits); }
+  void ce_local_max(Tensor max, Tensor logits) override { cuda::ce_local_max(s(), max, logits); }
   void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max) override {
-    cuda::ce_local_sumexp(stream_, sumexp, logits, max);
+    cuda::ce_local_sumexp(s(), sumexp, logits, max);
   }
   void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets,
                        int64_t vocab_start) override {
-    cuda::ce_target_logit(stream_, target_logit, logits, targets, vocab_start);
+    cuda::ce_target_logit(s(), target_logit, logits, targets, vocab_start);
   }
   void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) override {
-    cuda::ce_loss(stream_, losses, max, sumexp, target_logit);
+    cuda::ce_loss(s(), losses, max, sumexp, target_logit);
   }
   void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
               int64_t vocab_start, float scale) override {
-    cuda::ce_bwd(stream_, dlogits, logits, max, sumexp, targets, vocab_start, scale);
+    cuda::ce_bwd(s(), dlogits, logits, max, sumexp, targets, vocab_start, scale);
   }
 
   void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
-             const AdamWStep& s) override {
-    cuda::adamw(stream_, master, grad, m, v, compute_copy, s);
+             std::span<const AdamWRange> ranges, const AdamWStep& st) override {
+    cuda::adamw(s(), master, grad, m, v, compute_copy, ranges, st, adamw_table_);
   }
-  // The contract returns a host value: the one synchronisation of the grad-norm path.
-  double sum_squares(Tensor t) override {
-    auto* result = reinterpret_cast<double*>(partials_) + cuda::sum_squares_partials();
-    cuda::sum_squares(stream_, t, result, reinterpret_cast<double*>(partials_));
-    cuda::check(cudaMemcpyAsync(host_scalar_, result, sizeof(double), cudaMemcpyDeviceToHost,
-                                stream_),
-                "cudaMemcpyAsync (sum_squares)");
-    synchronize();
-    return *host_scalar_;
-  }
-  // One device result per tensor, one copy to the host, the sum in order on the host (the
-  // same order as the CPU's, so the result does not depend on the backend's grouping).
-  double sum_squares_all(const std::vector<Tensor>& ts) override {
-    double sum = 0;
-    for (size_t first = 0; first < ts.size(); first += kMaxSums) {
-      const size_t n = std::min(kMaxSums, ts.size() - first);
-      for (size_t i = 0; i < n; ++i)
-        cuda::sum_squares(stream_, ts[first + i], sums_ + i, reinterpret_cast<double*>(partials_));
-      cuda::check(cudaMemcpyAsync(host_sums_, sums_, n * sizeof(double), cudaMemcpyDeviceToHost,
-                                  stream_),
-                  "cudaMemcpyAsync (sum_squares_all)");
-      synchronize();
-      for (size_t i = 0; i < n; ++i) sum += host_sums_[i];
+  // One device sum per span (two launches for all of them), one copy to the host, the spans
+  // added in order on the host: the CPU's order, whatever the device's grouping. The
+  // contract returns a host value: the one synchronisation of the grad-norm path.
+  double sum_squares(Tensor flat, std::span<const FlatSpan> spans) override {
+    if (spans.empty()) return 0;
+    if (spans.size() > sums_capacity_) {
+      cudaFreeHost(host_sums_);
+      cudaFree(sums_);
+      host_sums_ = nullptr;
+      sums_ = nullptr;
+      cuda::check(cudaMalloc(&sums_, spans.size() * sizeof(double)), "cudaMalloc (sums)");
+      cuda::check(cudaMallocHost(&host_sums_, spans.size() * sizeof(double)), "cudaMallocHost (sums)");
+      sums_capacity_ = spans.size();
     }
+    cuda::sum_squares(s(), flat, spans, sums_, norm_table_);
+    cuda::check(cudaMemcpyAsync(host_sums_, sums_, spans.size() * sizeof(double),
+                                cudaMemcpyDeviceToHost, s()),
+                "cudaMemcpyAsync (sum_squares)");
+    stream_.synchronize();
+    double sum = 0;
+    for (size_t k = 0; k < spans.size(); ++k) sum += host_sums_[k];
     return sum;
   }
-  void scale(Tensor t, float s) override { cuda::scale(stream_, t, s); }
   void to_host(float* dst, Tensor t) override {
     if (t.dtype != DType::f32)
       throw std::invalid_argument("to_host: expected an f32 tensor, got " + t.describe());
-    cuda::check(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_),
+    cuda::check(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, s()),
                 "cudaMemcpyAsync (to_host)");
-    synchronize();
+    stream_.synchronize();
   }
   void from_host(Tensor dst, const void* src) override {
-    uploads_.upload(dst.data, src, dst.bytes(), stream_);
+    uploads_.upload(dst.data, src, dst.bytes(), s());
   }
 
  private:
   static constexpr size_t kGemmWorkspace = 32u << 20;
-  static constexpr size_t kMaxSums = 16384;  // tensors per read-back in sum_squares_all
-  int device_;
-  std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t s() const { return stream_.handle(); }
+
+  CudaDevice device_;  // first: it selects the GPU the stream and buffers below are made on
+  cuda::CudaStream stream_;
   void* gemm_workspace_ = nullptr;
-  void* partials_ = nullptr;
-  double* host_scalar_ = nullptr;
-  double* sums_ = nullptr;       // device: one sum of squares per tensor
+  double* sums_ = nullptr;       // device: one sum of squares per span
   double* host_sums_ = nullptr;  // pinned: their copy
+  size_t sums_capacity_ = 0;
   std::unique_ptr<cuda::Gemm> gemm_;
   DeviceScratch ln_scratch_, tok_scratch_;
   UploadRing uploads_;
+  cuda::RangeTable adamw_table_, norm_table_;
 };
 
 }  // namespace
@@ -298,6 +289,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
                                 device, count));
   }
   return std::make_unique<CudaBackend>(device);
+}
+
+std::string cuda_unsupported_kernels(const KernelRequirements& r) {
+  if (!cuda::flash_attention_supports(r.head_dim)) {
+    return fmt::format("attention head size {}: the CUDA flash attention kernels are built for "
+                       "head sizes 64, 128 and 144", r.head_dim);
+  }
+  return "";
 }
 
 bool cuda_backend_built() { return true; }

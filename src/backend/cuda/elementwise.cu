@@ -39,10 +39,6 @@ struct Constant {
   float value;
   __device__ float operator()() const { return value; }
 };
-struct Scale {
-  float s;
-  __device__ float operator()(float x) const { return x * s; }
-};
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
@@ -312,26 +308,6 @@ void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b) {
   dispatch_float("add", out, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_map2(stream, "add", out.as<T>(), a.as<T>(), b.as<T>(), out.numel(), Add{});
-  });
-}
-
-void accumulate(cudaStream_t stream, Tensor dst, Tensor src) {
-  expect_same_numel("accumulate", dst, src);
-  dispatch_float("accumulate", dst, [&](auto dtag) {
-    using D = typename decltype(dtag)::type;
-    dispatch_float("accumulate", src, [&](auto stag) {
-      using S = typename decltype(stag)::type;
-      launch_map2(stream, "accumulate", dst.as<D>(), static_cast<const D*>(dst.as<D>()),
-                  src.as<S>(), dst.numel(), Add{});
-    });
-  });
-}
-
-void scale(cudaStream_t stream, Tensor t, float s) {
-  dispatch_float("scale", t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    launch_map1(stream, "scale", t.as<T>(), static_cast<const T*>(t.as<T>()), t.numel(),
-                Scale{s});
   });
 }
 

@@ -412,7 +412,7 @@ void Gemm::linear_gelu_fwd(cudaStream_t stream, Tensor out, Tensor pre, Tensor i
 }
 
 void Gemm::linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                      Tensor in, Tensor weight, bool accumulate_din) {
+                      Tensor in, Tensor weight) {
   constexpr const char* what = "linear_bwd";
   const LinearShape sh = linear_shape(what, in, weight);
   const DType t = in.dtype;
@@ -431,7 +431,7 @@ void Gemm::linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor db
     expect_numel(what, "dbias", dbias, sh.o);
   }
   if (sh.n == 0) {
-    if (!din.empty() && !accumulate_din) fill(stream, din, 0.0f);
+    if (!din.empty()) fill(stream, din, 0.0f);
     return;
   }
   PlanCache& cache = *plans_;
@@ -452,7 +452,7 @@ void Gemm::linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor db
     s.a = weight.data;
     s.b = dout.data;
     s.d = din.data;
-    s.beta = accumulate_din ? 1.0f : 0.0f;
+    s.beta = 0.0f;
     run_matmul(handle_, cache, s, workspace_, workspace_bytes_, stream, false);
   }
   {

@@ -27,11 +27,11 @@ class Gemm {
   // out = gelu_tanh(pre), pre = in @ weight^T + bias: one GEMM with the GELU_AUX_BIAS epilogue.
   void linear_gelu_fwd(cudaStream_t stream, Tensor out, Tensor pre, Tensor in, Tensor weight,
                        Tensor bias);
-  // din[N,I] = (or += when accumulate_din) dout @ weight; dweight (f32) += dout^T @ in
+  // din[N,I] = dout @ weight; dweight (f32) += dout^T @ in
   // (beta = 1 into the main grad); dbias (f32, may be empty) += column sums of dout, through
   // the BGRADB epilogue or a reduction kernel. din may be empty.
   void linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                  Tensor in, Tensor weight, bool accumulate_din);
+                  Tensor in, Tensor weight);
 
  private:
   cublasLtHandle_t handle_ = nullptr;

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/backend/tensor.h"
@@ -21,8 +23,6 @@ void convert_copy(cudaStream_t stream, Tensor dst, Tensor src);
 void gelu_fwd(cudaStream_t stream, Tensor out, Tensor in);
 void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in);
 void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
-void accumulate(cudaStream_t stream, Tensor dst, Tensor src);
-void scale(cudaStream_t stream, Tensor t, float s);
 void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
 
 // ---- embedding.cu ----
@@ -57,15 +57,48 @@ void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tens
 void ce_bwd(cudaStream_t stream, Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp,
             Tensor targets, int64_t vocab_start, float scale);
 
-// ---- optim.cu ----
-// AdamW over f32 master/grad/m/v (vectorised, float4), writing the compute copy (bf16 or f32;
-// may be empty) in the same pass.
+// ---- optim.cu: one launch over many ranges of the flat buffers ----
+// A piece of one range that one block handles.
+struct RangeChunk {
+  int64_t flat, local, count;
+  int32_t item;  // the range's index
+  int32_t flag;  // AdamW: the range decays
+};
+// The device copy of a list of ranges cut into chunks, with scratch for per-chunk partial
+// sums. The ranges are the same every step (the stage plan's), so the table is uploaded once
+// and again only when they change.
+class RangeTable {
+ public:
+  RangeTable() = default;
+  ~RangeTable();
+  RangeTable(const RangeTable&) = delete;
+  RangeTable& operator=(const RangeTable&) = delete;
+  template <class Range, class Split>
+  void upload(cudaStream_t stream, std::span<const Range> ranges, uint64_t kind, Split&& split);
+  int64_t chunks() const { return static_cast<int64_t>(host_chunks_.size()); }
+  const RangeChunk* device_chunks() const { return chunks_; }
+  const int32_t* device_first_chunk() const { return first_chunk_; }
+  double* device_partials() const { return partials_; }
+
+ private:
+  uint64_t key_ = 0, kind_ = 0;
+  std::vector<RangeChunk> host_chunks_;
+  std::vector<int32_t> host_first_;  // where each range's chunks start, and the end
+  RangeChunk* chunks_ = nullptr;
+  int32_t* first_chunk_ = nullptr;
+  double* partials_ = nullptr;
+  size_t chunk_capacity_ = 0, first_capacity_ = 0, partial_capacity_ = 0;
+};
+
+// AdamW over every range in one launch, writing the compute copy (bf16 or f32; may be empty)
+// in the same pass; master and copy indexed by AdamWRange::flat, grad, m, v by ::local.
 void adamw(cudaStream_t stream, Tensor master, Tensor grad, Tensor m, Tensor v,
-           Tensor compute_copy, const AdamWStep& s);
-// Sum of squares of t (f32 or bf16) into *result (device double), in two passes through
-// `partials` (sum_squares_partials doubles), deterministic.
-void sum_squares(cudaStream_t stream, Tensor t, double* result, double* partials);
-size_t sum_squares_partials();
+           Tensor compute_copy, std::span<const AdamWRange> ranges, const AdamWStep& s,
+           RangeTable& table);
+// The sum of squares of each span of `flat` (f32) into sums[k] (device doubles, one per
+// span): per-chunk partials, then each span's partials in order. Deterministic.
+void sum_squares(cudaStream_t stream, Tensor flat, std::span<const FlatSpan> spans, double* sums,
+                 RangeTable& table);
 
 // ---- attention.cu: causal flash attention (Dao et al. 2022, FlashAttention-2 work split) ----
 // qkv [B, T, H*3*D] per head (q, k, v); out [B, T, H*D]; lse f32 [B, H, T, 1]: the row

@@ -1,5 +1,6 @@
-// AdamW (one fused pass over master, grad, m, v and the compute copy) and the deterministic
-// sum of squares behind the global gradient norm. Semantics are the CPU reference's
+// AdamW over every range of the flat buffers in one launch (master, grad, m, v and the compute
+// copy in one pass) and the deterministic sum of squares of the gradient norm's ranges, in two
+// launches whatever their number. Semantics are the CPU reference's
 // (src/backend/cpu/kernels_optim.cpp) exactly: the gradient is scaled first, bias corrections
 // are computed on the host in double and rounded to float, and the decoupled weight decay
 // (Loshchilov & Hutter) is applied to the weight before the step.
@@ -20,61 +21,45 @@ namespace {
 
 #include "typed_io.cuh"
 
-constexpr int kPartials = 1024;        // blocks of the first sum_squares pass (fixed)
-constexpr int kFinalThreads = 1024;    // one block reduces the partials
-static_assert(kPartials == kFinalThreads, "the final pass gives each partial one thread");
+// Elements of a range one block handles: a range is cut into chunks of at most this many.
+constexpr int64_t kChunkElems = 32768;
 
 // ---- AdamW ----
 struct AdamParams {
   float beta1, beta2, eps, grad_scale;
   float step_size;     // lr / (1 - beta1^t)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float decay;         // lr * weight_decay
+  float decay;         // lr * weight_decay, for the ranges that decay
 };
 
-__device__ __forceinline__ void adamw_one(float& p, float g, float& m, float& v,
+__device__ __forceinline__ void adamw_one(float& p, float g, float& m, float& v, float decay,
                                           const AdamParams& a) {
   const float gi = g * a.grad_scale;
   const float mi = a.beta1 * m + (1.0f - a.beta1) * gi;
   const float vi = a.beta2 * v + (1.0f - a.beta2) * gi * gi;
   m = mi;
   v = vi;
-  p -= a.decay * p + a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
+  p -= decay * p + a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
 }
 
-// N = 4: float4 accesses to master, grad, m, v (and 4 elements of the copy); N = 1: scalar.
-// TC is the compute copy's element type; kCopy false: there is none.
-template <int N, class TC, bool kCopy>
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
-                             float* __restrict__ m, float* __restrict__ v, TC* __restrict__ copy,
-                             int64_t n, AdamParams a) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t packs = n / N;
-  for (int64_t i = tid; i < packs; i += stride) {
-    Pack<float, N> pp = reinterpret_cast<const Pack<float, N>*>(p)[i];
-    const Pack<float, N> pg = reinterpret_cast<const Pack<float, N>*>(g)[i];
-    Pack<float, N> pm = reinterpret_cast<const Pack<float, N>*>(m)[i];
-    Pack<float, N> pv = reinterpret_cast<const Pack<float, N>*>(v)[i];
-#pragma unroll
-    for (int j = 0; j < N; ++j) adamw_one(pp.v[j], pg.v[j], pm.v[j], pv.v[j], a);
-    reinterpret_cast<Pack<float, N>*>(p)[i] = pp;
-    reinterpret_cast<Pack<float, N>*>(m)[i] = pm;
-    reinterpret_cast<Pack<float, N>*>(v)[i] = pv;
-    if constexpr (kCopy) {
-      Pack<TC, N> pc;
-#pragma unroll
-      for (int j = 0; j < N; ++j) pc.v[j] = from_f32<TC>(pp.v[j]);
-      reinterpret_cast<Pack<TC, N>*>(copy)[i] = pc;
-    }
-  }
-  for (int64_t i = packs * N + tid; i < n; i += stride) {
-    float pi = p[i], mi = m[i], vi = v[i];
-    adamw_one(pi, g[i], mi, vi, a);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (kCopy) copy[i] = from_f32<TC>(pi);
+// One block per chunk of every range (llm.c's one launch per step): master and copy at
+// chunk.flat, grad and moments at chunk.local. TC is the compute copy's element type;
+// kCopy false: there is none.
+template <class TC, bool kCopy>
+__global__ void adamw_chunks_kernel(float* __restrict__ p, const float* __restrict__ g,
+                                    float* __restrict__ m, float* __restrict__ v,
+                                    TC* __restrict__ copy, const RangeChunk* __restrict__ chunks,
+                                    AdamParams a) {
+  const RangeChunk c = chunks[blockIdx.x];
+  const float decay = c.flag ? a.decay : 0.0f;
+  for (int64_t i = threadIdx.x; i < c.count; i += blockDim.x) {
+    const int64_t f = c.flat + i, l = c.local + i;
+    float pi = p[f], mi = m[l], vi = v[l];
+    adamw_one(pi, g[l], mi, vi, decay, a);
+    p[f] = pi;
+    m[l] = mi;
+    v[l] = vi;
+    if constexpr (kCopy) copy[f] = from_f32<TC>(pi);
   }
 }
 
@@ -98,101 +83,121 @@ __device__ double block_sum(double x) {
   return total;  // valid in thread 0
 }
 
-// Pass 1: a fixed grid of kPartials blocks; each thread sums its grid-stride share (each
-// pack's squares in fp32, added into a double), each block writes one double partial.
-template <int N, class T>
-__global__ void sum_squares_partials_kernel(const T* __restrict__ x, int64_t n,
-                                            double* __restrict__ partials) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t packs = n / N;
+// Pass 1: one block per chunk of every span writes the chunk's sum (each square in fp32,
+// added in double) to partials[chunk].
+__global__ void sum_squares_chunks_kernel(const float* __restrict__ x,
+                                          const RangeChunk* __restrict__ chunks,
+                                          double* __restrict__ partials) {
+  const RangeChunk c = chunks[blockIdx.x];
   double acc = 0.0;
-  for (int64_t i = tid; i < packs; i += stride) {
-    const Pack<T, N> pk = reinterpret_cast<const Pack<T, N>*>(x)[i];
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      const float f = to_f32(pk.v[j]);
-      s += f * f;
-    }
-    acc += static_cast<double>(s);
-  }
-  for (int64_t i = packs * N + tid; i < n; i += stride) {
-    const float f = to_f32(x[i]);
+  for (int64_t i = threadIdx.x; i < c.count; i += blockDim.x) {
+    const float f = x[c.flat + i];
     acc += static_cast<double>(f * f);
   }
   const double total = block_sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-// Pass 2: one block adds the kPartials partials.
-__global__ void sum_squares_final_kernel(const double* __restrict__ partials,
-                                         double* __restrict__ result) {
-  const double total = block_sum(partials[threadIdx.x]);
-  if (threadIdx.x == 0) *result = total;
+// Pass 2: one thread per span adds its chunks' partials in order.
+__global__ void sum_squares_spans_kernel(const double* __restrict__ partials,
+                                         const int32_t* __restrict__ first_chunk, int spans,
+                                         double* __restrict__ sums) {
+  const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (k >= spans) return;
+  double total = 0.0;
+  for (int32_t c = first_chunk[k]; c < first_chunk[k + 1]; ++c) total += partials[c];
+  sums[k] = total;
 }
 
 [[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
 
-bool aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-int grid_for(int64_t work) {
-  const int64_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
-}
-
-template <class TC, bool kCopy>
-void launch_adamw(cudaStream_t stream, float* p, const float* g, float* m, float* v, TC* copy,
-                  int64_t n, const AdamParams& a) {
-  const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16) &&
-                   (!kCopy || aligned(copy, sizeof(TC) * 4));
-  if (vec) {
-    adamw_kernel<4, TC, kCopy><<<grid_for(n / 4), kThreads, 0, stream>>>(p, g, m, v, copy, n, a);
-  } else {
-    adamw_kernel<1, TC, kCopy><<<grid_for(n), kThreads, 0, stream>>>(p, g, m, v, copy, n, a);
-  }
-  check_last("adamw");
+// FNV-1a over the bytes of the ranges: the key of the uploaded chunk table.
+uint64_t fingerprint(const void* data, size_t bytes, uint64_t kind) {
+  uint64_t h = 1469598103934665603ull ^ kind;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 template <class T>
-void launch_sum_squares(cudaStream_t stream, const T* x, int64_t n, double* result,
-                        double* partials) {
-  constexpr int N = static_cast<int>(16 / sizeof(T));
-  if (aligned(x, 16)) {
-    sum_squares_partials_kernel<N, T><<<kPartials, kThreads, 0, stream>>>(x, n, partials);
-  } else {
-    sum_squares_partials_kernel<1, T><<<kPartials, kThreads, 0, stream>>>(x, n, partials);
-  }
-  check_last("sum_squares (partials)");
-  sum_squares_final_kernel<<<1, kFinalThreads, 0, stream>>>(partials, result);
-  check_last("sum_squares (final)");
+void grow(T** device, size_t* capacity, size_t count, const char* what) {
+  if (count <= *capacity) return;
+  cudaFree(*device);
+  *device = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(device), count * sizeof(T)), what);
+  *capacity = count;
 }
 
 }  // namespace
 
+RangeTable::~RangeTable() {
+  cudaFree(chunks_);
+  cudaFree(first_chunk_);
+  cudaFree(partials_);
+}
+
+// The host's chunk list (and, for spans, where each span's chunks start), uploaded when the
+// ranges differ from the last call's. The stream is drained first: kernels of the previous
+// call may still read the old table.
+template <class Range, class Split>
+void RangeTable::upload(cudaStream_t stream, std::span<const Range> ranges, uint64_t kind,
+                        Split&& split) {
+  const uint64_t key = fingerprint(ranges.data(), ranges.size_bytes(), kind) ^ ranges.size();
+  if (key == key_ && kind_ == kind) return;
+  host_chunks_.clear();
+  host_first_.clear();
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    host_first_.push_back(static_cast<int32_t>(host_chunks_.size()));
+    split(ranges[k], static_cast<int32_t>(k), host_chunks_);
+  }
+  host_first_.push_back(static_cast<int32_t>(host_chunks_.size()));
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (range table)");
+  grow(&chunks_, &chunk_capacity_, std::max<size_t>(host_chunks_.size(), 1), "cudaMalloc (range chunks)");
+  grow(&first_chunk_, &first_capacity_, host_first_.size(), "cudaMalloc (range starts)");
+  grow(&partials_, &partial_capacity_, std::max<size_t>(host_chunks_.size(), 1),
+       "cudaMalloc (range partials)");
+  check(cudaMemcpy(chunks_, host_chunks_.data(), host_chunks_.size() * sizeof(RangeChunk),
+                   cudaMemcpyHostToDevice), "cudaMemcpy (range chunks)");
+  check(cudaMemcpy(first_chunk_, host_first_.data(), host_first_.size() * sizeof(int32_t),
+                   cudaMemcpyHostToDevice), "cudaMemcpy (range starts)");
+  key_ = key;
+  kind_ = kind;
+}
+
 void adamw(cudaStream_t stream, Tensor master, Tensor grad, Tensor m, Tensor v,
-           Tensor compute_copy, const AdamWStep& s) {
-  const int64_t n = master.numel();
+           Tensor compute_copy, std::span<const AdamWRange> ranges, const AdamWStep& s,
+           RangeTable& table) {
   auto expect_f32 = [&](const char* name, Tensor t) {
-    if (t.dtype != DType::f32 || t.numel() != n) {
-      bad(std::string("adamw: ") + name + " is " + t.describe() + ", expected f32 with " +
-          std::to_string(n) + " elements (master " + master.describe() + ")");
+    if (t.dtype != DType::f32 || t.device != Device::cuda) {
+      bad(std::string("adamw: ") + name + " is " + t.describe() + ", expected f32 device memory");
     }
   };
   expect_f32("master", master);
   expect_f32("grad", grad);
   expect_f32("m", m);
   expect_f32("v", v);
-  if (!compute_copy.empty()) {
-    if (compute_copy.numel() != n ||
-        (compute_copy.dtype != DType::f32 && compute_copy.dtype != DType::bf16)) {
-      bad("adamw: compute copy is " + compute_copy.describe() + ", expected f32 or bf16 with " +
-          std::to_string(n) + " elements");
+  if (m.numel() != v.numel()) bad("adamw: m " + m.describe() + " and v " + v.describe() + " differ");
+  if (!compute_copy.empty() && (compute_copy.numel() != master.numel() ||
+                                (compute_copy.dtype != DType::f32 && compute_copy.dtype != DType::bf16))) {
+    bad("adamw: compute copy is " + compute_copy.describe() + ", expected f32 or bf16 the size of "
+        "the master " + master.describe());
+  }
+  for (const AdamWRange& r : ranges) {
+    if (r.count < 0 || r.flat + r.count > master.numel() || r.local + r.count > m.numel() ||
+        r.local + r.count > grad.numel()) {
+      bad("adamw: range [" + std::to_string(r.flat) + ", +" + std::to_string(r.count) + ") local " +
+          std::to_string(r.local) + " outside the buffers (master " + master.describe() + ", m " +
+          m.describe() + ")");
     }
   }
-  if (n == 0) return;
+  table.upload(stream, ranges, 1, [](const AdamWRange& r, int32_t item, std::vector<RangeChunk>& out) {
+    for (int64_t at = 0; at < r.count; at += kChunkElems) {
+      out.push_back({r.flat + at, r.local + at, std::min(kChunkElems, r.count - at), item,
+                     r.weight_decay ? 1 : 0});
+    }
+  });
+  const int64_t chunks = table.chunks();
+  if (chunks == 0) return;
   // The host-side constants exactly as the CPU computes them.
   const float bc1 = 1.0f - static_cast<float>(std::pow(s.beta1, static_cast<double>(s.step)));
   const float bc2 = 1.0f - static_cast<float>(std::pow(s.beta2, static_cast<double>(s.step)));
@@ -208,27 +213,46 @@ void adamw(cudaStream_t stream, Tensor master, Tensor grad, Tensor m, Tensor v,
   const float* g = grad.as<float>();
   float* pm = m.as<float>();
   float* pv = v.as<float>();
+  const auto grid = static_cast<unsigned>(chunks);
   if (compute_copy.empty()) {
-    launch_adamw<float, false>(stream, p, g, pm, pv, nullptr, n, a);
+    adamw_chunks_kernel<float, false><<<grid, kThreads, 0, stream>>>(p, g, pm, pv, nullptr,
+                                                                     table.device_chunks(), a);
   } else if (compute_copy.dtype == DType::bf16) {
-    launch_adamw<bf16_t, true>(stream, p, g, pm, pv, compute_copy.as<bf16_t>(), n, a);
+    adamw_chunks_kernel<bf16_t, true><<<grid, kThreads, 0, stream>>>(
+        p, g, pm, pv, compute_copy.as<bf16_t>(), table.device_chunks(), a);
   } else {
-    launch_adamw<float, true>(stream, p, g, pm, pv, compute_copy.as<float>(), n, a);
+    adamw_chunks_kernel<float, true><<<grid, kThreads, 0, stream>>>(
+        p, g, pm, pv, compute_copy.as<float>(), table.device_chunks(), a);
   }
+  check_last("adamw");
 }
 
-size_t sum_squares_partials() { return kPartials; }
-
-void sum_squares(cudaStream_t stream, Tensor t, double* result, double* partials) {
-  if (result == nullptr || partials == nullptr) bad("sum_squares: null result/partials");
-  const int64_t n = t.numel();
-  if (t.dtype == DType::f32) {
-    launch_sum_squares(stream, t.as<float>(), n, result, partials);
-  } else if (t.dtype == DType::bf16) {
-    launch_sum_squares(stream, t.as<bf16_t>(), n, result, partials);
-  } else {
-    bad("sum_squares: expected f32 or bf16, got " + t.describe());
+void sum_squares(cudaStream_t stream, Tensor flat, std::span<const FlatSpan> spans, double* sums,
+                 RangeTable& table) {
+  if (flat.dtype != DType::f32 || flat.device != Device::cuda) {
+    bad("sum_squares: expected f32 device memory, got " + flat.describe());
   }
+  for (const FlatSpan& sp : spans) {
+    if (sp.count < 0 || sp.offset + sp.count > flat.numel()) {
+      bad("sum_squares: span [" + std::to_string(sp.offset) + ", +" + std::to_string(sp.count) +
+          ") outside " + flat.describe());
+    }
+  }
+  table.upload(stream, spans, 2, [](const FlatSpan& sp, int32_t item, std::vector<RangeChunk>& out) {
+    for (int64_t at = 0; at < sp.count; at += kChunkElems) {
+      out.push_back({sp.offset + at, 0, std::min(kChunkElems, sp.count - at), item, 0});
+    }
+  });
+  if (spans.empty()) return;
+  if (table.chunks() > 0) {
+    sum_squares_chunks_kernel<<<static_cast<unsigned>(table.chunks()), kThreads, 0, stream>>>(
+        flat.as<float>(), table.device_chunks(), table.device_partials());
+    check_last("sum_squares (chunks)");
+  }
+  const int n = static_cast<int>(spans.size());
+  sum_squares_spans_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      table.device_partials(), table.device_first_chunk(), n, sums);
+  check_last("sum_squares (spans)");
 }
 
 }  // namespace jumbo::cuda
