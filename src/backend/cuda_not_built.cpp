@@ -4,14 +4,13 @@
 
 namespace jumbo {
 
-std::unique_ptr<Backend> make_cuda_backend(int) {
-  throw UserError("train.device = \"cuda\": this jumbo was built without the CUDA backend; "
-                  "rebuild with cmake -DJUMBO_CUDA=ON (CUDA toolkit with NCCL)");
-}
-
 std::string cuda_unsupported_kernels(const KernelRequirements&) {
   return "this jumbo was built without the CUDA backend; rebuild with cmake -DJUMBO_CUDA=ON "
          "(CUDA toolkit with NCCL)";
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw UserError("train.device = \"cuda\": " + cuda_unsupported_kernels({}));
 }
 
 bool cuda_backend_built() { return false; }

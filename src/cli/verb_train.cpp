@@ -9,6 +9,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/embedded_demo.h"
+#include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/device.h"
 #include "jumbo/train/stop_signal.h"
 #include "jumbo/train/trainer.h"
@@ -50,7 +51,8 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
       const RunConfig cfg =
           demo ? parse_run_config(kEmbeddedDemoToml, kDemoSource, args->overrides, demo_base_dir())
                : load_run_config(args->config, args->overrides);
-      check_device_supports(cfg, cfg.parallel.device);  // before a device is opened
+      // Before a device is opened; every stage shares rank 0's head size and dtype.
+      check_device_supports(cfg, plan_stage(cfg, GridCoords{}).model, cfg.parallel.device);
       auto backend = make_backend(cfg.parallel.device);
       install_stop_signal_handlers();
       std::unique_ptr<Trainer> trainer;

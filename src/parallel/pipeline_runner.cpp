@@ -19,7 +19,7 @@ PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
   targets_.resize(tokens);
   const int slots = static_cast<int>(plan.model.slots);
   slot_of_.assign(
-      static_cast<size_t>(std::max(plan.microbatches, plan.model.losses_per_read) * chunks_), -1);
+      static_cast<size_t>(std::max(plan.microbatches, plan.eval_microbatches) * chunks_), -1);
   free_slots_.reserve(slots);
   fwd_sent_.assign(slots, CommRequest{});
   bwd_sent_.assign(slots, CommRequest{});
@@ -48,8 +48,8 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   }
   free_slots_.clear();
   for (int s = static_cast<int>(fwd_sent_.size()) - 1; s >= 0; --s) free_slots_.push_back(s);
-  int backwards_left = 0;
-  for (const PipeOp& op : ops) backwards_left += op.kind == PipeOp::backward;
+  // Every (microbatch, chunk) has one backward in a training schedule, none otherwise.
+  int64_t backwards_left = train ? run.microbatches * v : 0;
   // Tag of the message leaving virtual stage `from` for microbatch k in direction dir.
   auto tag = [&](int k, int from, int dir) { return 2 * (k * virtual_total + from) + dir; };
   // Op k's activation slot (a forward takes a free one) and its receive, if any.

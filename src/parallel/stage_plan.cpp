@@ -56,7 +56,6 @@ StepShape step_shape_of(const RunConfig& cfg) {
 StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepShape& shape,
                      const GridCoords& at) {
   StagePlan plan;
-  plan.at = at;
   plan.layers = stage_layer_range(model, layout, at.pp_rank);
   const int pp = static_cast<int>(layout.pp), stage = at.pp_rank;
   const int v = static_cast<int>(layout.virtual_stages);
@@ -65,6 +64,7 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
           ? std::max<int64_t>(1, shape.global_batch / (layout.micro_batch * layout.dp))
           : layout.pp;
   plan.schedule = pipeline_schedule(pp, stage, static_cast<int>(plan.microbatches), v);
+  plan.eval_microbatches = shape.eval_microbatches;
 
   GptOptions& o = plan.model;
   o.micro_batch = layout.micro_batch;
@@ -80,7 +80,7 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
   // Activation sets: the most microbatches this stage holds at once in its schedule.
   o.slots = max_in_flight(plan.schedule);
   // Losses stay on the device until the end of a run of microbatches: one host read each.
-  o.losses_per_read = std::max(plan.microbatches, shape.eval_microbatches);
+  o.losses_per_read = std::max(plan.microbatches, plan.eval_microbatches);
   o.recompute = layout.recompute;
   o.sequence_parallel = layout.sequence_parallel;
 

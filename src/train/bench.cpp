@@ -13,7 +13,6 @@
 #include "jumbo/model/init.h"
 #include "jumbo/obs/peak.h"
 #include "jumbo/parallel/stage_plan.h"
-#include "jumbo/parallel/groups.h"
 #include "jumbo/train/step.h"
 
 namespace jumbo {
@@ -48,15 +47,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   layout.device = opts.device;
   const StepShape shape{.global_batch = opts.micro_batch * opts.micro_steps, .seq = opts.seq,
                         .precision = opts.precision};
-  const StagePlan plan = plan_stage(m, layout, shape, GridCoords{});
-  Grid grid(make_solo_comm("world"), 1, 1);
-  const ProcessGroups groups = process_groups(grid, layout);
-  GptModel gpt(m, plan.model, backend, groups.tp);
-  gpt.initialize(1234);
-  AdamW opt(gpt.params(), backend, TrainConfig{}, plan);
-  GradSync sync(gpt.params(), backend, groups, plan);
-  PipelineRunner pipeline(gpt, groups.pp, plan);
-  const StepParts parts{gpt, pipeline, sync, opt, groups};
+  SoloStep solo(m, layout, shape, TrainConfig{}, backend, 1234);
   SyntheticBatches source(opts.micro_batch * opts.seq, m.vocab);
   const int64_t batch_tokens = opts.micro_batch * opts.micro_steps * opts.seq;
 
@@ -78,7 +69,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepResult sr = train_step(parts, source, {.microbatches = opts.micro_steps,
+    const StepResult sr = train_step(solo.parts(), source, {.microbatches = opts.micro_steps,
                                                      .batch_tokens = batch_tokens,
                                                      .lr = 1e-4,
                                                      .grad_clip = 1.0});

@@ -8,7 +8,6 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/model/gpt.h"
-#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
 
@@ -32,14 +31,12 @@ std::unique_ptr<Backend> make_backend(Device device) {
   throw std::logic_error("make_backend: unknown device");
 }
 
-void check_device_supports(const RunConfig& cfg, Device device) {
+void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device device) {
   if (device == Device::cuda && !cuda_backend_built()) {
     throw UserError(fmt::format("{}: train.device = \"cuda\": {}", cfg.source,
                                 unsupported_kernels(device, {})));
   }
-  // What rank 0's stage asks of the kernels; every stage shares the head size and dtype.
-  const GptOptions opts = plan_stage(cfg, GridCoords{}).model;
-  const std::string why = unsupported_kernels(device, kernel_requirements(cfg.model, opts));
+  const std::string why = unsupported_kernels(device, kernel_requirements(cfg.model, stage));
   if (why.empty()) return;
   throw UserError(fmt::format("{}: train.device = \"{}\": {} (this run's model.d_model = {}, "
                               "model.heads = {})",

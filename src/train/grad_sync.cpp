@@ -31,8 +31,8 @@ GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& gr
     const ParamInfo& p = params.info(static_cast<int>(i));
     if (p.tied_embedding) tied_embedding_ = static_cast<int>(i);
     if (!p.sequence_partial) continue;
-    partial_.push_back({p.flat_offset, params.grad(static_cast<int>(i))});
-    partial_grads_.push_back(partial_.back().grad);
+    partial_offsets_.push_back(p.flat_offset);
+    partial_grads_.push_back(params.grad(static_cast<int>(i)));
   }
 }
 
@@ -46,7 +46,7 @@ void GradSync::start_step() {
 
 void GradSync::sum_partial_grads_from(int64_t flat_begin) {
   size_t end = partial_done_;
-  while (end < partial_.size() && partial_[end].flat >= flat_begin) ++end;
+  while (end < partial_offsets_.size() && partial_offsets_[end] >= flat_begin) ++end;
   if (end == partial_done_) return;
   tp_.all_reduce_coalesced(
       std::span<const Tensor>(partial_grads_).subspan(partial_done_, end - partial_done_),

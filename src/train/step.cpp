@@ -40,4 +40,17 @@ StepResult train_step(const StepParts& parts, MicrobatchSource& source, const St
   return r;
 }
 
+SoloStep::SoloStep(const ModelConfig& model, const Layout& layout, const StepShape& shape,
+                   const TrainConfig& train, Backend& backend, uint64_t seed)
+    : plan_(plan_stage(model, layout, shape, GridCoords{})),
+      grid_(make_solo_comm("world"), 1, 1),
+      groups_(process_groups(grid_, layout)),
+      model_(model, plan_.model, backend, groups_.tp),
+      optimizer_(model_.params(), backend, train, plan_),
+      grad_sync_(model_.params(), backend, groups_, plan_),
+      pipeline_(model_, groups_.pp, plan_),
+      parts_{model_, pipeline_, grad_sync_, optimizer_, groups_} {
+  model_.initialize(seed);
+}
+
 }  // namespace jumbo

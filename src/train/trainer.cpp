@@ -24,7 +24,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       plan_(plan_stage(cfg_, grid_.coords())),
       // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
       planned_(plan_memory(cfg_)) {
-  check_device_supports(cfg_, backend_.device().kind());
+  check_device_supports(cfg_, plan_.model, backend_.device().kind());
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
   data_ = std::make_unique<RunData>(cfg_, grid_.dp_rank());  // a mismatch fails here, early
@@ -80,7 +80,7 @@ double Trainer::evaluate() {
   valid.start_step(0);
   PipelineRun run;
   run.mode = PipelineMode::forward_only;
-  run.microbatches = cfg_.train.eval_batches / cfg_.parallel.dp;
+  run.microbatches = plan_.eval_microbatches;
   double sum = pipeline_->run(valid, run);
   sum = groups_.dp.all_reduce_scalar(sum, ReduceOp::sum);
   sum = groups_.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it

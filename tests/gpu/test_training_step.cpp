@@ -9,8 +9,6 @@
 #include "gpu_test_support.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/model/gpt.h"
-#include "jumbo/parallel/groups.h"
-#include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/step.h"
 
 namespace jumbo::gputest {
@@ -51,27 +49,19 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   Layout layout;
   layout.micro_batch = 2;
   layout.device = backend.device().kind();
-  const StagePlan plan =
-      plan_stage(m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, {});
-  Grid grid(make_solo_comm("world"), 1, 1);
-  const ProcessGroups groups = process_groups(grid, layout);
-  GptModel model(m, plan.model, backend, groups.tp);
-  model.initialize(1234);
   TrainConfig tc;
   tc.precision = precision;
-  AdamW opt(model.params(), backend, tc, plan);
-  GradSync sync(model.params(), backend, groups, plan);
-  PipelineRunner pipeline(model, groups.pp, plan);
-  const StepParts parts{model, pipeline, sync, opt, groups};
+  SoloStep solo(m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, tc, backend,
+                1234);
   FixedBatches source(2 * 128, static_cast<int32_t>(m.vocab));
   StepsRun run;
   for (int s = 0; s < 3; ++s) {
     const StepResult r = train_step(
-        parts, source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
+        solo.parts(), source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
   }
-  const ParamStore& ps = model.params();
+  const ParamStore& ps = solo.model().params();
   for (int i = 0; i < static_cast<int>(ps.size()); ++i) {
     if (ps.info(i).name != "layers.0.attn.qkv.weight") continue;
     const Tensor w = ps.master(i);

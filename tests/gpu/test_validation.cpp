@@ -7,6 +7,7 @@
 #include <string>
 
 #include "jumbo/config/config.h"
+#include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/device.h"
 
 namespace jumbo {
@@ -20,10 +21,12 @@ RunConfig run_with_heads(int64_t heads) {
       "validation-test", {});
 }
 
+GptOptions stage_of(const RunConfig& cfg) { return plan_stage(cfg, GridCoords{}).model; }
+
 TEST(GpuValidation, UnsupportedHeadSizeIsAUserErrorBeforeAnyDevice) {
   const RunConfig cfg = run_with_heads(8);  // head size 32
   try {
-    check_device_supports(cfg, cfg.parallel.device);
+    check_device_supports(cfg, stage_of(cfg), cfg.parallel.device);
     FAIL() << "expected a UserError";
   } catch (const UserError& e) {
     const std::string what = e.what();
@@ -34,9 +37,9 @@ TEST(GpuValidation, UnsupportedHeadSizeIsAUserErrorBeforeAnyDevice) {
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   }
   // Head sizes the kernels have, and the CPU, which runs every one.
-  EXPECT_NO_THROW(check_device_supports(run_with_heads(4), Device::cuda));  // 64
-  EXPECT_NO_THROW(check_device_supports(run_with_heads(2), Device::cuda));  // 128
-  EXPECT_NO_THROW(check_device_supports(cfg, Device::cpu));
+  EXPECT_NO_THROW(check_device_supports(run_with_heads(4), stage_of(run_with_heads(4)), Device::cuda));  // 64
+  EXPECT_NO_THROW(check_device_supports(run_with_heads(2), stage_of(run_with_heads(2)), Device::cuda));  // 128
+  EXPECT_NO_THROW(check_device_supports(cfg, stage_of(cfg), Device::cpu));
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ TEST(StagePlan, OptionsFollowTheLayoutAndTheRank) {
   EXPECT_TRUE(last.model.has_head);
   EXPECT_FALSE(last.model.has_embedding);
   EXPECT_EQ(first.microbatches, 4);  // 24 / (3 x 2)
+  EXPECT_EQ(first.eval_microbatches, 9);
   EXPECT_EQ(first.model.losses_per_read, 9);  // the longer of a step and an evaluation
   EXPECT_EQ(first.model.seq, 8);
   EXPECT_EQ(first.model.micro_batch, 3);

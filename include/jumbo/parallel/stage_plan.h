@@ -47,7 +47,6 @@ struct StepShape {
 StepShape step_shape_of(const RunConfig& cfg);
 
 struct StagePlan {
-  GridCoords at;
   StageLayers layers;
   GptOptions model;  // what GptModel is built with
   // Microbatches per step on this data-parallel rank at the full global batch (the batch
@@ -55,6 +54,7 @@ struct StagePlan {
   // backward per microbatch).
   int64_t microbatches = 1;
   std::vector<PipeOp> schedule;
+  int64_t eval_microbatches = 0;  // of one forward-only run (evaluation) on this rank
   // The stage's parameters as GptModel registers them (layout only: nothing allocated),
   // padded to a multiple of dp.
   ParamStore params;

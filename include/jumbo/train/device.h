@@ -7,6 +7,7 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
+#include "jumbo/model/gpt.h"
 
 namespace jumbo {
 
@@ -16,10 +17,11 @@ int local_rank_from_launcher();
 // The CPU backend, or the CUDA backend on the local rank's GPU (one rank per GPU). Throws
 // UserError naming train.device when the build or the machine cannot provide it.
 std::unique_ptr<Backend> make_backend(Device device);
-// Refuses, with one line naming train.device and the model's keys, a run whose model the
-// kernels of `device` cannot run (an unsupported attention head size on the GPU, a CUDA run
-// in a CPU-only build). Needs no device: `jumbo train` asks before it opens one.
-void check_device_supports(const RunConfig& cfg, Device device);
+// Refuses, with one line naming train.device and the model's keys, a run whose stage (its
+// options from the stage plan) the kernels of `device` cannot run: an unsupported attention
+// head size on the GPU, a CUDA run in a CPU-only build. Needs no device: `jumbo train` asks
+// before it opens one.
+void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device device);
 // The world communicator for `backend`: MPI on the CPU; on a GPU, NCCL over MPI's world,
 // whose splits (the grid's tp, pp, dp groups) are NCCL communicators as well.
 std::shared_ptr<Comm> make_world_comm(Backend& backend);

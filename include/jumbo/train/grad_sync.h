@@ -51,10 +51,6 @@ class GradSync {
     CommRequest request;
     bool launched = false;
   };
-  struct PartialGrad {
-    int64_t flat = 0;
-    Tensor grad;
-  };
   void launch(Bucket& b);
   // Sums over tp the partial gradients at flat offsets >= flat_begin not summed yet.
   void sum_partial_grads_from(int64_t flat_begin);
@@ -67,9 +63,11 @@ class GradSync {
   bool zero1_;
   std::vector<Bucket> buckets_;  // in flat order; launched from the last
   size_t next_ = 0;              // buckets_[next_ - 1 ...] not launched yet (counting down)
-  std::vector<PartialGrad> partial_;  // sequence-parallel partial sums, descending flat offset
-  std::vector<Tensor> partial_grads_;  // the same tensors, for the coalesced all-reduce
-  size_t partial_done_ = 0;            // partial_[0, partial_done_) summed this step
+  // Sequence-parallel partial sums in descending flat offset: each one's offset, and its
+  // gradient (the list the coalesced all-reduce takes).
+  std::vector<int64_t> partial_offsets_;
+  std::vector<Tensor> partial_grads_;
+  size_t partial_done_ = 0;  // the first partial_done_ of them are summed this step
   int tied_embedding_ = -1;            // its parameter index, on the first and last stage
   Arena owned_arena_;
   Tensor owned_grads_;

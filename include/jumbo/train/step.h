@@ -5,6 +5,7 @@
 // trainer and `jumbo bench train`.
 #include <cstdint>
 
+#include "jumbo/comm/grid.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/parallel/groups.h"
 #include "jumbo/parallel/pipeline_runner.h"
@@ -37,5 +38,26 @@ struct StepResult {
 
 // Does not update when the loss or the norm is not finite.
 StepResult train_step(const StepParts& parts, MicrobatchSource& source, const StepRequest& request);
+
+// The parts of a step on one rank alone, built and owned as the trainer builds its own: for
+// `jumbo bench train` and the tests that run the training step without a Trainer.
+// `layout` has tp = pp = dp = 1 (its micro batch and device count).
+class SoloStep {
+ public:
+  SoloStep(const ModelConfig& model, const Layout& layout, const StepShape& shape,
+           const TrainConfig& train, Backend& backend, uint64_t seed);
+  const StepParts& parts() const { return parts_; }
+  GptModel& model() { return model_; }
+
+ private:
+  StagePlan plan_;
+  Grid grid_;
+  ProcessGroups groups_;
+  GptModel model_;
+  AdamW optimizer_;
+  GradSync grad_sync_;
+  PipelineRunner pipeline_;
+  StepParts parts_;
+};
 
 }  // namespace jumbo

@@ -84,7 +84,7 @@ class UploadRing {
 // The device part: the GPU, its memory, and device-memory arenas.
 class CudaDevice final : public BackendDevice {
  public:
-  explicit CudaDevice(int device) : device_(device) {
+  explicit CudaDevice(int device) {
     cuda::check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     cuda::check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -117,7 +117,6 @@ class CudaDevice final : public BackendDevice {
   }
 
  private:
-  int device_;
   std::string name_;
 };
 
