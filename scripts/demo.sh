@@ -30,8 +30,8 @@ if [[ ! -f $demo/brown-4k.model ]]; then
 fi
 
 for split in train valid; do
-  if [[ ! -f $demo/brown-$split.bin || $demo/brown-4k.model -nt $demo/brown-$split.bin ]]; then
-    echo "demo: tokenizing inputs/data/brown-$split.jsonl ($demo/brown-$split.bin)"
+  if [[ ! -f $demo/brown-$split.parts || $demo/brown-4k.model -nt $demo/brown-$split.parts ]]; then
+    echo "demo: tokenizing inputs/data/brown-$split.jsonl ($demo/brown-$split.parts)"
     "$jumbo" data prepare --input "inputs/data/brown-$split.jsonl" \
       --tokenizer "$demo/brown-4k.model" --output "$demo/brown-$split"
   fi

@@ -10,7 +10,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcurl4-openssl-dev python3-h5py
+  libcurl4-openssl-dev python3-h5py python3-botocore
   libfabric-dev python3-yaml
   slurmctld slurmd slurm-client munge
 )

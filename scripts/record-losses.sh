@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 # The tokenizers and datasets are made once and kept, so that two recordings read the same.
 data=$(realpath -m "$build/record-data")
 source tests/support/small_run.sh
-if [[ ! -f $data/data.idx ]]; then
+if [[ ! -f $data/data.parts ]]; then
   mkdir -p "$data"
   make_small_data "$jumbo" "$data"
 fi

@@ -60,7 +60,7 @@ prepare_data() {
     "$jumbo" data tokenizer --input inputs/data/brown-valid.jsonl --output "$work/tok" \
       --vocab-size 500 --input-sentence-size 2000 --threads 1 >/dev/null
   fi
-  [[ -f $work/data.bin ]] || "$jumbo" data prepare --input inputs/data/brown-train.jsonl \
+  [[ -f $work/data.parts ]] || "$jumbo" data prepare --input inputs/data/brown-train.jsonl \
     --tokenizer "$work/tok.model" --output "$work/data" >/dev/null
 }
 

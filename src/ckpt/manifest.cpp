@@ -48,7 +48,10 @@ std::string manifest_to_json(const Manifest& m) {
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero1", l.zero1_active()},
                  {"virtual_stages", l.virtual_stages}, {"stage_layers", l.stage_layers},
                  {"precision", to_string(m.precision)}};
-  j["data"] = {{"train", m.data_train}, {"tokenizer", m.tokenizer}};
+  json mixture = json::array();
+  for (const DatasetWeight& d : m.data_train.datasets)
+    mixture.push_back({{"prefix", d.prefix}, {"weight", d.weight}});
+  j["data"] = {{"train", m.data_train.describe()}, {"mixture", mixture}, {"tokenizer", m.tokenizer}};
   json files = json::array();
   for (const ShardFileInfo& f : m.files) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
@@ -113,7 +116,14 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
                                   where, precision));
     }
     m.precision = precision == "bf16" ? Precision::bf16 : Precision::fp32;
-    m.data_train = j.at("data").value("train", "");
+    // Manifests before mixtures record one prefix under "train".
+    const json& data = j.at("data");
+    if (data.contains("mixture")) {
+      for (const json& d : data.at("mixture"))
+        m.data_train.datasets.push_back({d.at("prefix").get<std::string>(), d.at("weight").get<double>()});
+    } else if (!data.value("train", "").empty()) {
+      m.data_train.datasets.push_back({data.at("train").get<std::string>(), 1.0});
+    }
     m.tokenizer = j.at("data").value("tokenizer", "");
     for (const json& f : j.at("files")) {
       m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(),

@@ -230,7 +230,7 @@ std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify) {
                    "[{}], precision {}", l.tp, l.pp, l.dp, l.zero1 ? "on" : "off",
                    l.virtual_stages, fmt::join(l.stage_layers, ", "), to_string(m.precision)));
   if (!m.data_train.empty() || !m.tokenizer.empty()) {
-    line(fmt::format("data {}, tokenizer {}", m.data_train, m.tokenizer));
+    line(fmt::format("data {}, tokenizer {}", m.data_train.describe(), m.tokenizer));
   }
   int64_t total = 0, lo = 0, hi = 0;
   for (const ShardFileInfo& f : m.files) {

@@ -4,8 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
 #include "jumbo/data/prepare.h"
-#include "jumbo/data/tokenizer.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -14,50 +15,48 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
   CLI::App* data = app.add_subcommand("data", "tokenizer training and dataset preparation");
   data->require_subcommand(1);
 
-  auto topts = std::make_shared<TokenizerTrainOptions>();
-  CLI::App* tok = data->add_subcommand("tokenizer", "train a SentencePiece tokenizer");
-  tok->add_option("-i,--input", topts->inputs, ".jsonl (key \"text\") or text files")
-      ->required();
-  tok->add_option("-o,--output", topts->model_prefix, "writes PREFIX.model and PREFIX.vocab")
-      ->required();
-  tok->add_option("--vocab-size", topts->vocab_size, "number of pieces")->capture_default_str();
-  tok->add_option("--model-type", topts->model_type, "unigram or bpe")->capture_default_str();
-  tok->add_option("--input-sentence-size", topts->input_sentence_size,
-                  "sentences sampled for training")
-      ->capture_default_str();
-  tok->add_flag("--split-by-whitespace", topts->split_by_whitespace,
-                "no multi-word pieces (default: pieces may span words, as J1's vocabulary)");
-  tok->add_option("--threads", topts->threads, "0 = all cores")->capture_default_str();
-  tok->add_option("--seed", topts->seed)->capture_default_str();
-  tok->callback([&run, topts] {
-    run = [topts] {
-      const auto t0 = std::chrono::steady_clock::now();
-      train_tokenizer(*topts);
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const Tokenizer t(topts->model_prefix + ".model");
-      fmt::print("wrote {}.model: {} pieces in {:.1f} s\n", topts->model_prefix, t.vocab_size(),
-                 s);
-      return 0;
-    };
-  });
+  add_tokenizer_verbs(*data, run);
 
   auto popts = std::make_shared<PrepareOptions>();
-  CLI::App* prep = data->add_subcommand("prepare", "encode documents into PREFIX.bin/.idx");
-  prep->add_option("-i,--input", popts->inputs, ".jsonl or text files")->required();
+  auto part_mb = std::make_shared<int64_t>(256);
+  auto skip_bad = std::make_shared<bool>(false);
+  CLI::App* prep = data->add_subcommand(
+      "prepare", "encode documents into a dataset of parts (PREFIX.parts); runs on any number "
+                 "of ranks (mpirun / srun), which share the work");
+  prep->add_option("-i,--input", popts->inputs,
+                   ".jsonl or text files, or quoted patterns ('corpus/*.jsonl')")
+      ->required();
   prep->add_option("-t,--tokenizer", popts->tokenizer, "SentencePiece .model")->required();
-  prep->add_option("-o,--output", popts->output_prefix, "writes PREFIX.bin and PREFIX.idx")
+  prep->add_option("-o,--output", popts->output_prefix,
+                   "writes PREFIX.parts and PREFIX.part-NNNNNN.bin/.idx")
       ->required();
   prep->add_option("--json-key", popts->json_key, "document key in .jsonl")->capture_default_str();
-  prep->callback([&run, popts] {
+  prep->add_option("--part-mb", *part_mb, "MiB of input per part (the unit of work)")
+      ->capture_default_str();
+  prep->add_option("--threads", popts->threads, "encoding threads per rank; 0 = cores / ranks on "
+                   "the node")->capture_default_str();
+  prep->add_flag("--skip-bad-documents", *skip_bad, "skip (and count) lines that are not JSON, lack the key "
+                 "or are not UTF-8, instead of stopping at the first");
+  prep->add_option("--progress-every", popts->progress_every_s, "seconds between progress lines "
+                   "(0 = none)")->capture_default_str();
+  prep->callback([&run, popts, part_mb, skip_bad] {
+    popts->bad_documents = *skip_bad ? BadDocuments::skip : BadDocuments::fail;
+    if (*part_mb < 1 || *part_mb > (int64_t{1} << 30)) {
+      throw UserError(fmt::format("data prepare: --part-mb {}, expected 1 .. 2^30", *part_mb));
+    }
+    popts->part_bytes = *part_mb << 20;
     run = [popts] {
-      const auto t0 = std::chrono::steady_clock::now();
-      const DatasetHeader h = prepare_dataset(*popts);
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      fmt::print("wrote {}.bin/.idx: {} documents, {} tokens ({}) in {:.1f} s\n",
-                 popts->output_prefix, h.num_docs, h.num_tokens,
-                 h.dtype == TokenDType::u16 ? "uint16" : "uint32", s);
+      auto world = mpi_world();
+      const PrepareResult r = prepare_dataset(*popts, *world);
+      if (world->rank() == 0) {
+        fmt::print("wrote {}.parts: {} parts ({} kept from an earlier run), {} documents, {} tokens "
+                   "({}) from {:.1f} MB in {:.1f} s on {} ranks",
+                   popts->output_prefix, r.parts, r.reused_parts, r.header.num_docs,
+                   r.header.num_tokens, r.header.dtype == TokenDType::u16 ? "uint16" : "uint32",
+                   static_cast<double>(r.input_bytes) / 1e6, r.seconds, world->size());
+        if (r.skipped_documents > 0) fmt::print(", {} bad documents skipped", r.skipped_documents);
+        fmt::print("\n");
+      }
       return 0;
     };
   });

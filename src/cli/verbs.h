@@ -11,6 +11,8 @@ using VerbRunner = std::function<int()>;
 void add_train_verb(CLI::App& app, VerbRunner& run);
 void add_info_verb(CLI::App& app, VerbRunner& run);
 void add_data_verb(CLI::App& app, VerbRunner& run);
+// `jumbo data tokenizer` and `jumbo data inspect-tokenizer` (verb_data_tokenizer.cpp).
+void add_tokenizer_verbs(CLI::App& data, VerbRunner& run);
 void add_bench_verb(CLI::App& app, VerbRunner& run);
 void add_ckpt_verb(CLI::App& app, VerbRunner& run);
 void add_plot_verb(CLI::App& app, VerbRunner& run);

@@ -20,7 +20,7 @@
 namespace jumbo {
 namespace {
 
-enum class Kind { integer, seed, number, string, choice, boolean, integer_list };
+enum class Kind { integer, seed, number, string, choice, boolean, integer_list, mixture };
 
 // A key whose value is one of a few names, stored as an enum: the names in enum order (the
 // enum's values are 0, 1, ...) and how to read and write the field.
@@ -58,6 +58,7 @@ constexpr Kind kind_of() {
   else if constexpr (std::is_same_v<T, std::string>) return Kind::string;
   else if constexpr (std::is_same_v<T, bool>) return Kind::boolean;
   else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return Kind::integer_list;
+  else if constexpr (std::is_same_v<T, DataMixture>) return Kind::mixture;
   else {
     static_assert(std::is_enum_v<T>, "config field of an unsupported type");
     return Kind::choice;
@@ -257,6 +258,57 @@ std::string resolved(const Origin& at, const Section& s, const Field& f, const s
   return (std::filesystem::path(at.base_dir) / value).string();
 }
 
+constexpr std::string_view kMixtureForms =
+    "a dataset prefix, Megatron's form \"0.6 data/web 0.4 data/books\", or an array "
+    "[0.6, \"data/web\", 0.4, \"data/books\"]";
+
+// A string in Megatron's form, or an array of alternating weights and prefixes, or of
+// prefixes alone (equal weights); each prefix resolved like any path.
+DataMixture mixture_value(const Origin& at, const Section& s, const Field& f, const toml::node& v) {
+  DataMixture m;
+  if (auto str = v.as_string()) {
+    try {
+      m = parse_mixture(str->get());
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}: {}.{} = {}{}", at.where, s.name, f.key, e.what(),
+                                  at.line_note(v)));
+    }
+  } else if (const toml::array* arr = v.as_array()) {
+    const bool weighted = !arr->empty() && (*arr)[0].is_number();
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const toml::node& item = (*arr)[i];
+      if (weighted && i % 2 == 0) {
+        if (!item.is_number()) bad_value(at, s, f, v, kMixtureForms);
+        m.datasets.push_back({"", item.value<double>().value_or(0)});
+      } else {
+        auto prefix = item.as_string();
+        if (!prefix) bad_value(at, s, f, v, kMixtureForms);
+        if (weighted) m.datasets.back().prefix = prefix->get();
+        else m.datasets.push_back({prefix->get(), 1.0});
+      }
+    }
+    if (weighted && arr->size() % 2 != 0) bad_value(at, s, f, v, kMixtureForms);
+  } else {
+    bad_value(at, s, f, v, kMixtureForms);
+  }
+  for (DatasetWeight& d : m.datasets) d.prefix = resolved(at, s, f, d.prefix);
+  return m;
+}
+
+// The TOML text of a mixture: Megatron's form, or an array when a prefix holds whitespace.
+std::string mixture_text(const DataMixture& m) {
+  bool spaced = false;
+  for (const DatasetWeight& d : m.datasets)
+    spaced = spaced || d.prefix.find_first_of(" \t") != std::string::npos;
+  if (!spaced) return toml_quoted(m.describe());
+  std::string out = "[";
+  for (size_t i = 0; i < m.datasets.size(); ++i) {
+    out += fmt::format("{}{}, {}", i ? ", " : "", number_text(m.datasets[i].weight),
+                       toml_quoted(m.datasets[i].prefix));
+  }
+  return out + "]";
+}
+
 void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
             const toml::node& v) {
   void* target = f.address(cfg);
@@ -295,6 +347,9 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
       }
       return;
     }
+    case Kind::mixture:
+      *static_cast<DataMixture*>(target) = mixture_value(at, s, f, v);
+      return;
     case Kind::choice: {
       auto str = v.as_string();
       for (size_t i = 0; str && i < f.choice->names.size(); ++i) {
@@ -418,9 +473,12 @@ Override parse_override(const std::string& text) {
       parsed = doc.size() == 1 && doc.contains("v");
     } catch (const toml::parse_error&) {
     }
-    const bool textual = o.field->kind == Kind::string || o.field->kind == Kind::choice;
+    const bool textual = o.field->kind == Kind::string || o.field->kind == Kind::choice ||
+                         o.field->kind == Kind::mixture;
     // A path like 2024 or true is still a path when the key wants text.
-    if (parsed && textual && !doc.get("v")->is_string()) parsed = false;
+    if (parsed && textual && !doc.get("v")->is_string() &&
+        !(o.field->kind == Kind::mixture && doc.get("v")->is_array()))
+      parsed = false;
     if (parsed) o.holder.insert("v", *doc.get("v"));
   }
   if (!parsed) o.holder.insert("v", raw);
@@ -488,6 +546,7 @@ std::string describe(const RunConfig& cfg_in) {
         case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
         case Kind::choice: value = toml_quoted(f.choice->names[f.choice->get(p)]); break;
         case Kind::boolean: value = *static_cast<const bool*>(p) ? "true" : "false"; break;
+        case Kind::mixture: value = mixture_text(*static_cast<const DataMixture*>(p)); break;
         case Kind::integer_list: {
           const auto& list = *static_cast<const std::vector<int64_t>*>(p);
           value = "[";

@@ -3,6 +3,7 @@
 // values and what is allowed.
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -189,7 +190,25 @@ void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
 void check_data(const Checks& c, const RunConfig& cfg) {
   const DataConfig& d = cfg.data;
   c.require(!d.train.empty(), "data.train is empty: expected the prefix of a prepared dataset "
-            "(PREFIX.bin + PREFIX.idx)");
+            "(PREFIX.bin + PREFIX.idx) or a mixture \"0.6 data/web 0.4 data/books\"");
+  using Keyed = std::pair<const char*, const DataMixture*>;
+  for (const auto& [key, mix] : {Keyed{"data.train", &d.train}, Keyed{"data.valid", &d.valid}}) {
+    for (size_t i = 0; i < mix->datasets.size(); ++i) {
+      const DatasetWeight& w = mix->datasets[i];
+      c.require(std::isfinite(w.weight) && w.weight > 0,
+                "{} = \"{}\": dataset {} has weight {}, expected a number > 0", key,
+                mix->describe(), w.prefix, w.weight);
+    }
+  }
+  for (size_t i = 0; i < d.valid.datasets.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      c.require(d.valid.name(i) != d.valid.name(j),
+                "data.valid = \"{}\": {} and {} are both named {} in the metrics "
+                "(val_loss.{}); give the validation sets distinct file names",
+                d.valid.describe(), d.valid.datasets[j].prefix, d.valid.datasets[i].prefix,
+                d.valid.name(i), d.valid.name(i));
+    }
+  }
   c.require(!d.valid.empty() || cfg.train.eval_every == 0,
             "data.valid is empty but train.eval_every = {}: set data.valid or train.eval_every "
             "= 0",

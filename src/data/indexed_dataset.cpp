@@ -1,299 +1,192 @@
-// Indexed dataset: PREFIX.bin (tokens) + PREFIX.idx (64-byte header + document offsets), both
-// little endian; layout in docs/data-format.md. The reader maps both files and checks every
-// size and offset before anything reads a token, so a bad file fails at open with one line.
+// One dataset as one token stream over its segments: a jumbo pair (open_jumbo_segment), the
+// parts a preparation over many ranks wrote (listed by PREFIX.parts), or a Megatron-LM pair
+// (open_megatron_segment). Formats: docs/data-format.md.
 #include "jumbo/data/indexed_dataset.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <bit>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 
 #include "jumbo/config/config.h"
+#include "token_segment.h"
 
 namespace jumbo {
 namespace {
 
-constexpr char kMagic[8] = {'J', 'U', 'M', 'B', 'O', 'I', 'D', 'X'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 64;
-// Datasets up to this size have every token checked against the vocabulary at open; larger
-// ones an evenly spaced sample of this many tokens (a full scan of 300B tokens would take
-// minutes on every start).
-// Token ids are int32 in memory, so vocabularies stop at 2^31.
-constexpr uint64_t kMaxVocab = uint64_t{1} << 31;
+// Datasets up to this many tokens have every token checked against the vocabulary at open;
+// larger ones an evenly spaced sample of this many, shared among the segments by size (a full
+// scan of 300B tokens would take minutes on every start).
 constexpr uint64_t kFullTokenCheck = uint64_t{1} << 24;
+constexpr const char* kPartsFormat = "jumbo-parts";
+constexpr int kPartsVersion = 1;
 
-// Header fields at fixed byte offsets (docs/data-format.md).
-constexpr size_t kOffVersion = 8, kOffDtype = 12, kOffVocab = 16, kOffFingerprint = 24,
-                 kOffNumDocs = 32, kOffNumTokens = 40;
-
-static_assert(std::endian::native == std::endian::little, "the format is little endian");
-
-size_t token_bytes(TokenDType d) { return d == TokenDType::u16 ? 2 : 4; }
-TokenDType dtype_for_vocab(uint64_t vocab) {
-  return vocab <= 65536 ? TokenDType::u16 : TokenDType::u32;
+// The first bytes of a file ("" if it cannot be read), to tell the formats apart.
+std::string file_magic(const std::string& path, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(n, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(n))) return "";
+  return bytes;
 }
 
-// Bytes as text for an error message: printable ASCII kept, the rest as \xNN.
-std::string printable(const uint8_t* p, size_t n) {
-  std::string s = "\"";
-  for (size_t i = 0; i < n; ++i) {
-    if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\') s += static_cast<char>(p[i]);
-    else s += fmt::format("\\x{:02x}", p[i]);
-  }
-  return s + "\"";
+uint64_t token_check_budget(uint64_t segment_tokens, uint64_t total_tokens) {
+  if (total_tokens <= kFullTokenCheck) return segment_tokens;
+  const long double share = static_cast<long double>(segment_tokens) / total_tokens;
+  return std::max<uint64_t>(1, static_cast<uint64_t>(share * kFullTokenCheck));
 }
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <typename T>
-void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-void write_all(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
-  if (bytes > 0 && std::fwrite(data, 1, bytes, f) != bytes) {
-    throw UserError(fmt::format("{}: write failed ({})", path, std::strerror(errno)));
-  }
-}
-
-// Maps a whole file read-only; an empty file maps to nullptr.
-const uint8_t* map_file(const std::string& path, size_t& bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UserError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw UserError(fmt::format("{}: cannot stat ({})", path, std::strerror(err)));
-  }
-  bytes = static_cast<size_t>(st.st_size);
-  void* p = nullptr;
-  if (bytes > 0) {
-    p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw UserError(fmt::format("{}: cannot map {} bytes ({})", path, bytes, std::strerror(err)));
-    }
-  }
-  ::close(fd);
-  return static_cast<const uint8_t*>(p);
-}
-
-void unmap(const uint8_t*& p, size_t bytes) {
-  if (p) ::munmap(const_cast<uint8_t*>(p), bytes);
-  p = nullptr;
-}
+std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
 
 }  // namespace
 
-// ---- writer ----
-
-struct IndexedDatasetWriter::Impl {
-  std::string prefix;
-  DatasetHeader header;
-  std::vector<uint64_t> offsets{0};
-  std::FILE* bin = nullptr;
-  std::vector<uint8_t> buffer;  // one document's tokens in the file's dtype
-  bool finished = false;
-
-  std::string bin_tmp() const { return prefix + ".bin.tmp"; }
-  std::string idx_tmp() const { return prefix + ".idx.tmp"; }
-};
-
-IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, uint64_t vocab_size,
-                                           uint64_t tokenizer_fingerprint)
-    : impl_(std::make_unique<Impl>()) {
-  if (vocab_size == 0 || vocab_size > kMaxVocab) {
-    throw UserError(fmt::format("{}: vocab size {} cannot be stored, expected 1 .. 2^31", prefix,
-                                vocab_size));
+const char* to_string(DatasetFormat f) {
+  switch (f) {
+    case DatasetFormat::jumbo: return "jumbo";
+    case DatasetFormat::jumbo_parts: return "jumbo parts";
+    case DatasetFormat::megatron: return "megatron";
   }
-  impl_->prefix = prefix;
-  impl_->header.dtype = dtype_for_vocab(vocab_size);
-  impl_->header.vocab_size = vocab_size;
-  impl_->header.tokenizer_fingerprint = tokenizer_fingerprint;
-  impl_->bin = std::fopen(impl_->bin_tmp().c_str(), "wb");
-  if (!impl_->bin) {
-    throw UserError(fmt::format("{}: cannot create ({})", impl_->bin_tmp(), std::strerror(errno)));
-  }
+  return "?";
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (!impl_->finished) {  // abandoned (an exception): leave no half-written files
-    if (impl_->bin) std::fclose(impl_->bin);
-    std::remove(impl_->bin_tmp().c_str());
-    std::remove(impl_->idx_tmp().c_str());
-  }
+std::string part_prefix(const std::string& prefix, uint64_t index) {
+  return fmt::format("{}.part-{:06d}", prefix, index);
 }
-
-void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
-  Impl& w = *impl_;
-  if (w.finished) throw std::logic_error("IndexedDatasetWriter::add_document after finish()");
-  const size_t width = token_bytes(w.header.dtype);
-  w.buffer.resize(tokens.size() * width);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int64_t t = tokens[i];
-    if (t < 0 || static_cast<uint64_t>(t) >= w.header.vocab_size) {
-      throw UserError(fmt::format("{}: token {} in document {} is outside the vocabulary [0, {})",
-                                  w.bin_tmp(), t, w.header.num_docs, w.header.vocab_size));
-    }
-    if (width == 2) store(&w.buffer[i * 2], static_cast<uint16_t>(t));
-    else store(&w.buffer[i * 4], static_cast<uint32_t>(t));
-  }
-  write_all(w.bin, w.buffer.data(), w.buffer.size(), w.bin_tmp());
-  w.header.num_tokens += tokens.size();
-  w.header.num_docs += 1;
-  w.offsets.push_back(w.header.num_tokens);
-}
-
-DatasetHeader IndexedDatasetWriter::finish() {
-  Impl& w = *impl_;
-  if (w.finished) return w.header;
-  if (std::fclose(w.bin) != 0) {
-    w.bin = nullptr;
-    throw UserError(fmt::format("{}: write failed ({})", w.bin_tmp(), std::strerror(errno)));
-  }
-  w.bin = nullptr;
-
-  std::vector<uint8_t> head(kHeaderBytes, 0);
-  std::memcpy(head.data(), kMagic, sizeof kMagic);
-  store(&head[kOffVersion], kVersion);
-  head[kOffDtype] = static_cast<uint8_t>(w.header.dtype);
-  store(&head[kOffVocab], w.header.vocab_size);
-  store(&head[kOffFingerprint], w.header.tokenizer_fingerprint);
-  store(&head[kOffNumDocs], w.header.num_docs);
-  store(&head[kOffNumTokens], w.header.num_tokens);
-  std::FILE* idx = std::fopen(w.idx_tmp().c_str(), "wb");
-  if (!idx) throw UserError(fmt::format("{}: cannot create ({})", w.idx_tmp(), std::strerror(errno)));
-  try {
-    write_all(idx, head.data(), head.size(), w.idx_tmp());
-    write_all(idx, w.offsets.data(), w.offsets.size() * sizeof(uint64_t), w.idx_tmp());
-  } catch (...) {
-    std::fclose(idx);
-    throw;
-  }
-  if (std::fclose(idx) != 0) {
-    throw UserError(fmt::format("{}: write failed ({})", w.idx_tmp(), std::strerror(errno)));
-  }
-  // .bin first: a crash in between leaves a new .bin with an old .idx, which the reader's
-  // size checks reject, never a silently mismatched pair.
-  for (const char* ext : {".bin", ".idx"}) {
-    const std::string tmp = w.prefix + ext + ".tmp", final_name = w.prefix + ext;
-    if (std::rename(tmp.c_str(), final_name.c_str()) != 0) {
-      throw UserError(fmt::format("{}: cannot rename to {} ({})", tmp, final_name, std::strerror(errno)));
-    }
-  }
-  w.finished = true;
-  return w.header;
-}
-
-// ---- reader ----
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
-  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  try {
-    idx_ = map_file(idx_path, idx_bytes_);
-    if (idx_bytes_ < kHeaderBytes) {
-      throw UserError(fmt::format("{}: size {} bytes, too small for the {}-byte header", idx_path,
-                                  idx_bytes_, kHeaderBytes));
+  const std::string parts_path = prefix + ".parts", idx_path = prefix + ".idx";
+  if (std::filesystem::exists(parts_path)) {
+    if (std::filesystem::exists(idx_path)) {
+      throw UserError(fmt::format("{}: both {} and {} exist; a dataset is one or the other "
+                                  "(remove the stale one)", prefix, parts_path, idx_path));
     }
-    if (std::memcmp(idx_, kMagic, sizeof kMagic) != 0) {
-      throw UserError(fmt::format("{}: magic {} at offset 0, expected \"JUMBOIDX\" (not a jumbo "
-                                  "indexed dataset index)", idx_path,
-                                  printable(idx_, sizeof kMagic)));
+    open_parts(parts_path);
+  } else if (file_magic(idx_path, 7) == std::string("MMIDIDX", 7)) {
+    format_ = DatasetFormat::megatron;
+    segments_.push_back(open_megatron_segment(prefix));
+  } else {
+    if (!std::filesystem::exists(idx_path) &&
+        std::filesystem::exists(part_prefix(prefix, 0) + ".idx")) {
+      throw UserError(fmt::format("{}: parts but no {}: the preparation did not finish; rerun "
+                                  "it to complete the dataset", prefix, parts_path));
     }
-    const auto version = load<uint32_t>(idx_ + kOffVersion);
-    if (version != kVersion) {
-      throw UserError(fmt::format("{}: format version {} at offset {}, expected {}", idx_path,
-                                  version, kOffVersion, kVersion));
-    }
-    const uint8_t dtype = idx_[kOffDtype];
-    if (dtype != static_cast<uint8_t>(TokenDType::u16) && dtype != static_cast<uint8_t>(TokenDType::u32)) {
-      throw UserError(fmt::format("{}: dtype {} at offset {}, expected 1 (uint16) or 2 (uint32)",
-                                  idx_path, dtype, kOffDtype));
-    }
-    header_.dtype = static_cast<TokenDType>(dtype);
-    header_.vocab_size = load<uint64_t>(idx_ + kOffVocab);
-    header_.tokenizer_fingerprint = load<uint64_t>(idx_ + kOffFingerprint);
-    header_.num_docs = load<uint64_t>(idx_ + kOffNumDocs);
-    header_.num_tokens = load<uint64_t>(idx_ + kOffNumTokens);
-    const uint64_t max_vocab = header_.dtype == TokenDType::u16 ? 65536 : kMaxVocab;
-    if (header_.vocab_size == 0 || header_.vocab_size > max_vocab) {
-      throw UserError(fmt::format("{}: vocab size {} at offset {}, expected 1 .. {} for {} tokens",
-                                  idx_path, header_.vocab_size, kOffVocab, max_vocab,
-                                  dtype == 1 ? "uint16" : "uint32"));
-    }
-    const uint64_t expected_idx = kHeaderBytes + (header_.num_docs + 1) * 8;
-    if (header_.num_docs > (idx_bytes_ / 8) || idx_bytes_ != expected_idx) {
-      throw UserError(fmt::format("{}: size {} bytes, expected {} ({}-byte header + {} x 8-byte "
-                                  "offsets for {} documents)", idx_path, idx_bytes_, expected_idx,
-                                  kHeaderBytes, header_.num_docs + 1, header_.num_docs));
-    }
-    doc_offsets_ = reinterpret_cast<const uint64_t*>(idx_ + kHeaderBytes);  // 8-byte aligned
-    if (doc_offsets_[0] != 0) {
-      throw UserError(fmt::format("{}: document 0 starts at token {} (byte {}), expected 0",
-                                  idx_path, doc_offsets_[0], kHeaderBytes));
-    }
-    for (uint64_t d = 1; d <= header_.num_docs; ++d) {
-      if (doc_offsets_[d] < doc_offsets_[d - 1]) {
-        throw UserError(fmt::format("{}: offset {} (byte {}) is {}, below offset {} = {}; offsets "
-                                    "must not decrease", idx_path, d, kHeaderBytes + 8 * d,
-                                    doc_offsets_[d], d - 1, doc_offsets_[d - 1]));
-      }
-    }
-    if (doc_offsets_[header_.num_docs] != header_.num_tokens) {
-      throw UserError(fmt::format("{}: last offset (byte {}) is {}, expected num_tokens = {}",
-                                  idx_path, kHeaderBytes + 8 * header_.num_docs,
-                                  doc_offsets_[header_.num_docs], header_.num_tokens));
-    }
+    segments_.push_back(open_jumbo_segment(prefix));
+  }
 
-    bin_ = map_file(bin_path, bin_bytes_);
-    const size_t width = token_bytes(header_.dtype);
-    if (header_.num_tokens > bin_bytes_ || bin_bytes_ != header_.num_tokens * width) {
-      throw UserError(fmt::format("{}: size {} bytes, expected {} ({} tokens x {} bytes from {})",
-                                  bin_path, bin_bytes_, header_.num_tokens * width,
-                                  header_.num_tokens, width, idx_path));
-    }
-    const uint64_t n = header_.num_tokens;
-    const uint64_t checks = std::min(n, kFullTokenCheck);
-    for (uint64_t k = 0; k < checks; ++k) {
-      const uint64_t pos = checks == n ? k : k * (n / checks);
-      const uint64_t t = width == 2 ? load<uint16_t>(bin_ + pos * 2) : load<uint32_t>(bin_ + pos * 4);
-      if (t >= header_.vocab_size) {
-        throw UserError(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}) "
-                                    "of {}", bin_path, t, pos, header_.vocab_size, idx_path));
-      }
-    }
-  } catch (...) {
-    unmap(idx_, idx_bytes_);
-    unmap(bin_, bin_bytes_);
-    throw;
+  token_starts_.assign(1, 0);
+  doc_starts_.assign(1, 0);
+  for (const auto& s : segments_) {
+    token_starts_.push_back(token_starts_.back() + s->num_tokens());
+    doc_starts_.push_back(doc_starts_.back() + s->num_docs());
+  }
+  header_.num_tokens = token_starts_.back();
+  header_.num_docs = doc_starts_.back();
+  if (format_ != DatasetFormat::jumbo_parts) {
+    header_.vocab_size = segments_[0]->vocab_size();
+    header_.tokenizer_fingerprint = segments_[0]->tokenizer_fingerprint();
+  }
+  if (format_ != DatasetFormat::megatron) header_.dtype = jumbo_segment_dtype(*segments_[0]);
+  // jumbo's formats record their vocabulary: check the tokens against it now.
+  if (format_ != DatasetFormat::megatron) {
+    for (const auto& s : segments_)
+      s->check_tokens_below(s->vocab_size(), token_check_budget(s->num_tokens(), num_tokens()));
   }
 }
 
-IndexedDataset::~IndexedDataset() {
-  unmap(idx_, idx_bytes_);
-  unmap(bin_, bin_bytes_);
+IndexedDataset::~IndexedDataset() = default;
+
+void IndexedDataset::open_parts(const std::string& parts_path) {
+  format_ = DatasetFormat::jumbo_parts;
+  std::ifstream in(parts_path);
+  if (!in) throw UserError(fmt::format("{}: cannot open ({})", parts_path, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UserError(fmt::format("{}: not valid JSON at byte {} (expected a parts index)", parts_path,
+                                e.byte));
+  }
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    if (!j.is_object() || !j.contains(key)) {
+      throw UserError(fmt::format("{}: no field \"{}\" (expected a jumbo parts index)", parts_path, key));
+    }
+    return j[key];
+  };
+  auto count = [&](const nlohmann::json& v, const std::string& what) -> uint64_t {
+    if (!v.is_number_unsigned()) {
+      throw UserError(fmt::format("{}: {} = {}, expected a non-negative integer", parts_path, what,
+                                  v.dump()));
+    }
+    return v.get<uint64_t>();
+  };
+  if (field("format") != kPartsFormat || field("version") != kPartsVersion) {
+    throw UserError(fmt::format("{}: format {} version {}, expected \"{}\" version {}", parts_path,
+                                field("format").dump(), field("version").dump(), kPartsFormat,
+                                kPartsVersion));
+  }
+  header_.vocab_size = count(field("vocab_size"), "vocab_size");
+  const nlohmann::json& fp = field("tokenizer_fingerprint");
+  try {
+    header_.tokenizer_fingerprint = std::stoull(fp.get<std::string>(), nullptr, 16);
+  } catch (const std::exception&) {
+    throw UserError(fmt::format("{}: tokenizer_fingerprint = {}, expected a hex string \"0x...\"",
+                                parts_path, fp.dump()));
+  }
+  const nlohmann::json& parts = field("parts");
+  if (!parts.is_array() || parts.empty()) {
+    throw UserError(fmt::format("{}: parts = {}, expected a non-empty array", parts_path,
+                                parts.is_array() ? "[]" : parts.dump()));
+  }
+  const std::filesystem::path dir = std::filesystem::path(prefix_).parent_path();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const nlohmann::json& p = parts[i];
+    const std::string where = fmt::format("parts[{}]", i);
+    if (!p.is_object() || !p.contains("name") || !p["name"].is_string()) {
+      throw UserError(fmt::format("{}: {} has no string \"name\"", parts_path, where));
+    }
+    const std::string part = (dir / p["name"].get<std::string>()).string();
+    auto segment = open_jumbo_segment(part);
+    const uint64_t docs = count(p.value("num_docs", nlohmann::json()), where + ".num_docs");
+    const uint64_t tokens = count(p.value("num_tokens", nlohmann::json()), where + ".num_tokens");
+    if (segment->num_docs() != docs || segment->num_tokens() != tokens) {
+      throw UserError(fmt::format("{}: {}.idx holds {} documents, {} tokens; {} lists {} documents, "
+                                  "{} tokens", parts_path, part, segment->num_docs(),
+                                  segment->num_tokens(), where, docs, tokens));
+    }
+    if (segment->vocab_size() != header_.vocab_size ||
+        segment->tokenizer_fingerprint() != header_.tokenizer_fingerprint) {
+      throw UserError(fmt::format("{}.idx: made with a tokenizer of vocab {} (fingerprint {}), but "
+                                  "{} records vocab {} (fingerprint {})", part,
+                                  segment->vocab_size(),
+                                  fingerprint_text(segment->tokenizer_fingerprint()), parts_path,
+                                  header_.vocab_size, fingerprint_text(header_.tokenizer_fingerprint)));
+    }
+    segments_.push_back(std::move(segment));
+  }
+}
+
+size_t IndexedDataset::segment_of_token(uint64_t token) const {
+  // The last segment whose start is <= token (empty segments are skipped over).
+  const auto it = std::upper_bound(token_starts_.begin(), token_starts_.end() - 1, token);
+  return static_cast<size_t>(it - token_starts_.begin()) - 1;
 }
 
 uint64_t IndexedDataset::doc_offset(uint64_t doc) const {
   if (doc > header_.num_docs) {
     throw std::out_of_range(fmt::format("{}: document {} of {}", prefix_, doc, header_.num_docs));
   }
-  return doc_offsets_[doc];
+  if (doc == header_.num_docs) return header_.num_tokens;
+  const auto it = std::upper_bound(doc_starts_.begin(), doc_starts_.end() - 1, doc);
+  const size_t s = static_cast<size_t>(it - doc_starts_.begin()) - 1;
+  return token_starts_[s] + segments_[s]->doc_offset(doc - doc_starts_[s]);
 }
 
 void IndexedDataset::read(uint64_t start, uint64_t count, int32_t* out) const {
@@ -301,22 +194,57 @@ void IndexedDataset::read(uint64_t start, uint64_t count, int32_t* out) const {
     throw std::out_of_range(fmt::format("{}: tokens [{}, {}) past the end ({} tokens)", prefix_,
                                         start, start + count, header_.num_tokens));
   }
-  if (header_.dtype == TokenDType::u16) {
-    const uint8_t* p = bin_ + start * 2;
-    for (uint64_t i = 0; i < count; ++i) out[i] = load<uint16_t>(p + i * 2);
-  } else {
-    const uint8_t* p = bin_ + start * 4;
-    for (uint64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(load<uint32_t>(p + i * 4));
+  for (size_t s = count > 0 ? segment_of_token(start) : 0; count > 0; ++s) {
+    const uint64_t local = start - token_starts_[s];
+    const uint64_t n = std::min(count, segments_[s]->num_tokens() - local);
+    segments_[s]->read(local, n, out);
+    start += n;
+    count -= n;
+    out += n;
   }
 }
 
 void IndexedDataset::check_tokenizer(uint64_t vocab_size, uint64_t fingerprint,
                                      const std::string& tokenizer_path) const {
+  if (format_ == DatasetFormat::megatron) {
+    for (const auto& s : segments_)
+      s->check_tokens_below(vocab_size, token_check_budget(s->num_tokens(), num_tokens()));
+    return;
+  }
   if (vocab_size == header_.vocab_size && fingerprint == header_.tokenizer_fingerprint) return;
-  throw UserError(fmt::format("{}.idx: made with a tokenizer of vocab {} (fingerprint {:#018x}), but "
-                              "data.tokenizer = {} has vocab {} (fingerprint {:#018x})", prefix_,
-                              header_.vocab_size, header_.tokenizer_fingerprint, tokenizer_path,
-                              vocab_size, fingerprint));
+  throw UserError(fmt::format("{}{}: made with a tokenizer of vocab {} (fingerprint {}), but "
+                              "data.tokenizer = {} has vocab {} (fingerprint {})", prefix_,
+                              format_ == DatasetFormat::jumbo_parts ? ".parts" : ".idx",
+                              header_.vocab_size, fingerprint_text(header_.tokenizer_fingerprint),
+                              tokenizer_path, vocab_size, fingerprint_text(fingerprint)));
+}
+
+void write_parts_index(const std::string& prefix, const std::vector<DatasetPart>& parts,
+                       uint64_t vocab_size, uint64_t tokenizer_fingerprint) {
+  nlohmann::json list = nlohmann::json::array();
+  uint64_t docs = 0, tokens = 0;
+  for (const DatasetPart& p : parts) {
+    list.push_back({{"name", p.name}, {"num_docs", p.num_docs}, {"num_tokens", p.num_tokens}});
+    docs += p.num_docs;
+    tokens += p.num_tokens;
+  }
+  const nlohmann::json j = {{"format", kPartsFormat},
+                            {"version", kPartsVersion},
+                            {"vocab_size", vocab_size},
+                            {"tokenizer_fingerprint", fingerprint_text(tokenizer_fingerprint)},
+                            {"num_docs", docs},
+                            {"num_tokens", tokens},
+                            {"parts", list}};
+  const std::string path = prefix + ".parts", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(1) << "\n";
+    out.close();
+    if (!out) throw UserError(fmt::format("{}: write failed ({})", tmp, std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw UserError(fmt::format("{}: cannot rename to {} ({})", tmp, path, std::strerror(errno)));
+  }
 }
 
 }  // namespace jumbo

@@ -1,20 +1,21 @@
-// SentencePiece tokenizer: training through the C++ trainer API (sentences are streamed from
-// memory, no temporary text file) and loading/encoding with SentencePieceProcessor.
+// SentencePiece tokenizer: option checks, training through the C++ trainer API on the sample
+// (sentences are handed over from memory, no temporary text file), loading/encoding with
+// SentencePieceProcessor, and inspection of a trained vocabulary.
 #include "jumbo/data/tokenizer.h"
-
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <thread>
 #include <unordered_map>
 
 #include "jumbo/config/config.h"
-#include "jumbo/data/prepare.h"
 
 // Exported by libsentencepiece but not declared in its public headers: the trainer logs every
 // EM iteration to stderr unless the level is raised.
@@ -25,35 +26,29 @@ void SetMinLogLevel(int level);
 namespace jumbo {
 namespace {
 
-// Feeds the trainer one paragraph (non-empty line of a document) at a time.
-class LineIterator : public sentencepiece::SentenceIterator {
+constexpr int kMaxPieceLength = 64;
+constexpr int kMaxThreads = 128;  // SentencePiece refuses more
+constexpr int kMaxVocab = 4000000;
+constexpr int64_t kMinSampleBytes = 1024;
+constexpr int64_t kMaxSampleBytes = int64_t{16} << 30;
+// Above this the trainer's int32 suffix array could overflow (characters plus one boundary a
+// sentence), so it switches to int64 indices, which doubles its memory.
+constexpr int64_t kInt32SuffixArrayBytes = int64_t{1} << 30;
+
+// Feeds the trainer the sample, freeing each sentence once the trainer has copied it, so the
+// sample and the trainer's copy are not both held in full.
+class SampleIterator : public sentencepiece::SentenceIterator {
  public:
-  explicit LineIterator(const std::vector<std::string>& lines) : lines_(lines) {}
+  explicit SampleIterator(std::vector<std::string>& lines) : lines_(lines) {}
   bool done() const override { return next_ >= lines_.size(); }
-  void Next() override { ++next_; }
+  void Next() override { std::string().swap(lines_[next_++]); }
   const std::string& value() const override { return lines_[next_]; }
   sentencepiece::util::Status status() const override { return {}; }
 
  private:
-  const std::vector<std::string>& lines_;
+  std::vector<std::string>& lines_;
   size_t next_ = 0;
 };
-
-std::vector<std::string> training_lines(const std::vector<std::string>& inputs) {
-  std::vector<std::string> lines;
-  for (const auto& path : inputs) {
-    for (const auto& doc : read_documents(path, "text")) {
-      size_t begin = 0;
-      while (begin <= doc.size()) {
-        size_t end = doc.find('\n', begin);
-        if (end == std::string::npos) end = doc.size();
-        if (end > begin) lines.emplace_back(doc, begin, end - begin);
-        begin = end + 1;
-      }
-    }
-  }
-  return lines;
-}
 
 uint64_t fnv1a64(const std::string& bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -64,18 +59,65 @@ uint64_t fnv1a64(const std::string& bytes) {
   return h;
 }
 
+[[noreturn]] void bad_option(const std::string& flag, const std::string& value,
+                             const std::string& expected) {
+  throw UserError(fmt::format("tokenizer training: {} {}: expected {}", flag, value, expected));
+}
+
+int trainer_threads(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(
+      std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, kMaxThreads));
+}
+
 }  // namespace
 
-void train_tokenizer(const TokenizerTrainOptions& opts) {
-  if (opts.inputs.empty()) throw UserError("tokenizer training: no input files given");
-  if (opts.model_prefix.empty()) throw UserError("tokenizer training: no model prefix given");
-  const std::vector<std::string> lines = training_lines(opts.inputs);
-  if (lines.empty()) {
-    throw UserError(fmt::format("tokenizer training: {} holds no text", fmt::join(opts.inputs, ", ")));
+void check_tokenizer_options(const TokenizerTrainOptions& o) {
+  if (o.inputs.empty()) throw UserError("tokenizer training: no input files given (--input)");
+  if (o.model_prefix.empty())
+    throw UserError("tokenizer training: no model prefix given (--output)");
+  const std::vector<std::string> types = {"unigram", "bpe", "char", "word"};
+  if (std::find(types.begin(), types.end(), o.model_type) == types.end()) {
+    bad_option("--model-type", o.model_type, "unigram, bpe, char or word");
   }
-  const int threads =
-      opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+  // Byte fallback needs its 256 byte pieces plus <unk>, <s>, </s> before any learned piece.
+  const int min_vocab = o.byte_fallback ? 260 : 4;
+  if (o.vocab_size < min_vocab || o.vocab_size > kMaxVocab) {
+    bad_option("--vocab-size", std::to_string(o.vocab_size),
+               fmt::format("{} .. {} pieces{}", min_vocab, kMaxVocab,
+                           o.byte_fallback ? " (byte fallback takes 259)" : ""));
+  }
+  if (o.sample_bytes < kMinSampleBytes || o.sample_bytes > kMaxSampleBytes) {
+    bad_option("--sample-bytes", std::to_string(o.sample_bytes),
+               fmt::format("{} .. {} bytes (suffixes K, M, G: binary units)", kMinSampleBytes,
+                           kMaxSampleBytes));
+  }
+  if (o.input_sentence_size < 0) {
+    bad_option("--input-sentence-size", std::to_string(o.input_sentence_size),
+               "0 (no limit) or a number of sentences");
+  }
+  if (o.max_piece_length < 1 || o.max_piece_length > kMaxPieceLength) {
+    bad_option("--max-piece-length", std::to_string(o.max_piece_length),
+               fmt::format("1 .. {} characters", kMaxPieceLength));
+  }
+  if (o.model_type == "unigram" && (o.seed_pieces < o.vocab_size || o.seed_pieces > 100000000)) {
+    bad_option("--seed-pieces", std::to_string(o.seed_pieces),
+               fmt::format("{} (--vocab-size) .. 100000000 unigram candidates", o.vocab_size));
+  }
+  if (o.threads < 0 || o.threads > kMaxThreads) {
+    bad_option("--threads", std::to_string(o.threads),
+               fmt::format("0 (all cores) .. {}", kMaxThreads));
+  }
+}
 
+double train_tokenizer_on(SentenceSample&& sample, const TokenizerTrainOptions& opts) {
+  check_tokenizer_options(opts);
+  const auto t0 = std::chrono::steady_clock::now();
+  const SampleStats stats = sample.stats;
+  if (sample.sentences.empty()) {
+    throw UserError(
+        fmt::format("tokenizer training: {} holds no text", fmt::join(opts.inputs, ", ")));
+  }
   // Identity normalisation and kept whitespace make decode(encode(text)) == text for any UTF-8
   // text; characters outside the vocabulary (newlines included) become byte pieces.
   const std::unordered_map<std::string, std::string> args = {
@@ -84,10 +126,14 @@ void train_tokenizer(const TokenizerTrainOptions& opts) {
       {"vocab_size", std::to_string(opts.vocab_size)},
       {"split_by_whitespace", opts.split_by_whitespace ? "true" : "false"},
       {"byte_fallback", opts.byte_fallback ? "true" : "false"},
-      {"input_sentence_size", std::to_string(opts.input_sentence_size)},
-      {"shuffle_input_sentence", "true"},
-      {"num_threads", std::to_string(threads)},
-      {"max_sentence_length", "16384"},  // Brown paragraphs reach ~10 KB; the default drops them
+      {"max_sentencepiece_length", std::to_string(opts.max_piece_length)},
+      {"seed_sentencepiece_size", std::to_string(opts.seed_pieces)},
+      {"input_sentence_size", "0"},  // the sample is the training set: no second sampling
+      {"shuffle_input_sentence", "false"},
+      {"train_extremely_large_corpus",
+       opts.sample_bytes > kInt32SuffixArrayBytes ? "true" : "false"},
+      {"num_threads", std::to_string(trainer_threads(opts.threads))},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
       {"unk_id", "0"},
@@ -96,21 +142,37 @@ void train_tokenizer(const TokenizerTrainOptions& opts) {
       {"pad_id", "-1"},
   };
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(opts.seed & 0x7fffffffu));
-  sentencepiece::logging::SetMinLogLevel(1);  // warnings and errors only
-  LineIterator it(lines);
+  sentencepiece::logging::SetMinLogLevel(opts.verbose ? 0 : 1);  // else warnings and errors
+  SampleIterator it(sample.sentences);
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it);
+  sample.sentences = {};
   if (!status.ok()) {
-    throw UserError(fmt::format("tokenizer training on {} (vocab_size {}, {} paragraphs): {}",
-                                fmt::join(opts.inputs, ", "), opts.vocab_size, lines.size(),
-                                status.ToString()));
+    std::string msg = status.ToString();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    const bool too_few = msg.find("too high") != std::string::npos;
+    throw UserError(fmt::format(
+        "tokenizer training on {} (--vocab-size {}, sample of {} sentences, {} bytes): {}{}",
+        fmt::join(opts.inputs, ", "), opts.vocab_size, stats.sampled_sentences, stats.sampled_bytes,
+        msg, too_few ? " (raise --sample-bytes or --seed-pieces, or lower --vocab-size)" : ""));
   }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& opts) {
+  check_tokenizer_options(opts);  // before reading anything
+  TokenizerTrainReport report;
+  SentenceSample sample = sample_training_sentences(opts);
+  report.sample = sample.stats;
+  report.train_seconds = train_tokenizer_on(std::move(sample), opts);
+  return report;
 }
 
 Tokenizer::Tokenizer(const std::string& model_path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_path) {
   std::ifstream in(model_path, std::ios::binary);
   if (!in) {
-    throw UserError(fmt::format("{}: cannot open tokenizer model (does the file exist?)", model_path));
+    throw UserError(
+        fmt::format("{}: cannot open tokenizer model (does the file exist?)", model_path));
   }
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const auto status = sp_->LoadFromSerializedProto(bytes);
@@ -119,7 +181,8 @@ Tokenizer::Tokenizer(const std::string& model_path)
                                 bytes.size(), status.ToString()));
   }
   if (sp_->eos_id() < 0) {
-    throw UserError(fmt::format("{}: the tokenizer has no EOS piece; documents need one", model_path));
+    throw UserError(
+        fmt::format("{}: the tokenizer has no EOS piece; documents need one", model_path));
   }
   fingerprint_ = fnv1a64(bytes);
 }
@@ -129,6 +192,10 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
 int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
+bool Tokenizer::is_learned(int32_t id) const {
+  return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsByte(id) && !sp_->IsUnused(id);
+}
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<int> ids;
@@ -145,9 +212,57 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const std::vector<int> as_int(ids.begin(), ids.end());
   const auto status = sp_->Decode(as_int, &text);
   if (!status.ok()) {
-    throw UserError(fmt::format("{}: cannot decode {} ids: {}", path_, ids.size(), status.ToString()));
+    throw UserError(
+        fmt::format("{}: cannot decode {} ids: {}", path_, ids.size(), status.ToString()));
   }
   return text;
+}
+
+int64_t utf8_chars(const std::string& s) {
+  // Every byte but a continuation byte (10xxxxxx) starts a character.
+  return std::count_if(s.begin(), s.end(),
+                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+TokenizerInspection inspect_tokenizer(const std::string& model_path, const std::string& sample,
+                                      int top_pieces) {
+  const Tokenizer tok(model_path);
+  TokenizerInspection r;
+  r.vocab_size = tok.vocab_size();
+  const std::string boundary = "\xE2\x96\x81";         // "▁", U+2581: SentencePiece's space
+  std::vector<std::pair<int64_t, int32_t>> by_length;  // (-chars, id): longest, then likeliest
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (!tok.is_learned(id)) {
+      if (tok.piece(id).rfind("<0x", 0) == 0) ++r.byte_pieces;
+      continue;
+    }
+    ++r.learned;
+    const std::string p = tok.piece(id);
+    // Searching from byte 1 finds a "▁" after the first character: a lead byte never sits
+    // inside another character.
+    if (p.find(boundary, 1) != std::string::npos) ++r.multi_word;
+    by_length.emplace_back(-utf8_chars(p), id);
+  }
+  const size_t top = std::min(by_length.size(), static_cast<size_t>(std::max(top_pieces, 0)));
+  std::partial_sort(by_length.begin(), by_length.begin() + static_cast<std::ptrdiff_t>(top),
+                    by_length.end());
+  for (size_t i = 0; i < top; ++i)
+    r.longest.push_back({tok.piece(by_length[i].second), -by_length[i].first});
+
+  if (sample.empty()) return r;
+  r.sample = sample;
+  for_each_input_document(sample, "text", [&](const std::string& doc, int64_t) {
+    ++r.sample_documents;
+    r.sample_bytes += static_cast<int64_t>(doc.size());
+    r.sample_tokens += static_cast<int64_t>(tok.encode(doc).size());
+    bool in_word = false;
+    for (unsigned char c : doc) {
+      const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+      if (!space && !in_word) ++r.sample_words;
+      in_word = !space;
+    }
+  });
+  return r;
 }
 
 }  // namespace jumbo

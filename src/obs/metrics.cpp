@@ -80,6 +80,7 @@ std::string to_json_line(const StepMetrics& m) {
   j["mem_peak_bytes"] = m.mem_peak_bytes;
   j["eta_s"] = finite_or_null(m.eta_s);
   if (m.val_loss) j["val_loss"] = finite_or_null(*m.val_loss);
+  for (const auto& [set, loss] : m.val_losses) j["val_loss." + set] = finite_or_null(loss);
   for (const auto& [group, bytes] : m.comm_bytes) j["comm_bytes"][group] = bytes;
   return j.dump();
 }
@@ -101,6 +102,9 @@ std::string human_line(const StepMetrics& m) {
   const int width = std::max(4, decimal_digits(m.total_steps));
   std::string line = fmt::format("step {:>{}}/{} | loss {:.4f}", m.step, width, m.total_steps, m.loss);
   if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+  if (m.val_losses.size() > 1) {
+    for (const auto& [set, loss] : m.val_losses) line += fmt::format(" {} {:.4f}", set, loss);
+  }
   line += fmt::format(" | lr {:.2e} | gnorm {:.3f} | batch {}", m.lr, m.grad_norm, m.global_batch);
   line += fmt::format(" | {} tok/s | {:.3f} TFLOP/s | MFU {:.1f}%", format_rate(m.tokens_per_s),
                       m.tflops_per_device, m.mfu * 100.0);

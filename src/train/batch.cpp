@@ -4,7 +4,7 @@
 
 namespace jumbo {
 
-DatasetBatches::DatasetBatches(const GptSampler& sampler, int64_t micro_batch, int64_t seq,
+DatasetBatches::DatasetBatches(const SampleSource& sampler, int64_t micro_batch, int64_t seq,
                                int64_t dp_rank, int64_t dp_size)
     : sampler_(sampler),
       micro_batch_(micro_batch),

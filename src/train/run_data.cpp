@@ -5,9 +5,26 @@
 #include "jumbo/data/tokenizer.h"
 
 namespace jumbo {
+namespace {
+
+std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
+
+// Datasets that record their tokenizer must all record the same one: names both files.
+void check_same_tokenizer(const IndexedDataset& first, const IndexedDataset& other) {
+  const DatasetHeader &a = first.header(), &b = other.header();
+  if (a.tokenizer_fingerprint == 0 || b.tokenizer_fingerprint == 0) return;  // Megatron's
+  if (a.vocab_size == b.vocab_size && a.tokenizer_fingerprint == b.tokenizer_fingerprint) return;
+  throw UserError(fmt::format("{} and {} were made with different tokenizers: vocab {} "
+                              "(fingerprint {}) and vocab {} (fingerprint {}); every dataset of "
+                              "a run needs data.tokenizer's", first.prefix(), other.prefix(),
+                              a.vocab_size, fingerprint_text(a.tokenizer_fingerprint), b.vocab_size,
+                              fingerprint_text(b.tokenizer_fingerprint)));
+}
+
+}  // namespace
 
 RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
-    : train_prefix_(cfg.data.train), tokenizer_(cfg.data.tokenizer), seq_(cfg.model.context) {
+    : train_mixture_(cfg.data.train), tokenizer_(cfg.data.tokenizer), seq_(cfg.model.context) {
   const Tokenizer tokenizer(cfg.data.tokenizer);
   if (tokenizer.vocab_size() > cfg.model.vocab) {
     throw UserError(fmt::format("{}: model.vocab = {} is smaller than the vocabulary of "
@@ -15,23 +32,55 @@ RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
                                 cfg.source, cfg.model.vocab, cfg.data.tokenizer,
                                 tokenizer.vocab_size()));
   }
+  const IndexedDataset* first = nullptr;
+  auto open = [&](const std::string& prefix) {
+    auto data = std::make_unique<IndexedDataset>(prefix);
+    if (first) check_same_tokenizer(*first, *data);
+    else first = data.get();
+    data->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(), tokenizer.path());
+    return data;
+  };
   const int64_t mb = cfg.parallel.micro_batch, dp = cfg.parallel.dp;
-  train_data_ = std::make_unique<IndexedDataset>(cfg.data.train);
-  train_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(), tokenizer.path());
-  train_sampler_ = std::make_unique<GptSampler>(*train_data_, seq_, cfg.train.seed);
+  // Dataset i of the blend shuffles with seed + i: one dataset samples as it always has.
+  std::vector<std::unique_ptr<GptSampler>> samplers;
+  std::vector<double> weights;
+  for (size_t i = 0; i < train_mixture_.datasets.size(); ++i) {
+    const DatasetWeight& d = train_mixture_.datasets[i];
+    train_data_.push_back(open(d.prefix));
+    samplers.push_back(std::make_unique<GptSampler>(*train_data_.back(), seq_, cfg.train.seed + i));
+    weights.push_back(d.weight);
+  }
+  train_sampler_ = std::make_unique<BlendedSampler>(std::move(samplers), weights);
   train_batches_ = std::make_unique<DatasetBatches>(*train_sampler_, mb, seq_, dp_rank, dp);
-  if (cfg.data.valid.empty()) return;
-  valid_data_ = std::make_unique<IndexedDataset>(cfg.data.valid);
-  valid_data_->check_tokenizer(tokenizer.vocab_size(), tokenizer.fingerprint(), tokenizer.path());
-  valid_sampler_ =
-      std::make_unique<GptSampler>(*valid_data_, seq_, cfg.train.seed, SampleOrder::stored);
-  valid_batches_ = std::make_unique<DatasetBatches>(*valid_sampler_, mb, seq_, dp_rank, dp);
+
+  double total = 0;
+  for (const DatasetWeight& d : cfg.data.valid.datasets) total += d.weight;
+  for (size_t i = 0; i < cfg.data.valid.datasets.size(); ++i) {
+    ValidSet v;
+    v.name = cfg.data.valid.name(i);
+    v.weight = cfg.data.valid.datasets[i].weight / total;
+    v.data = open(cfg.data.valid.datasets[i].prefix);
+    v.sampler = std::make_unique<GptSampler>(*v.data, seq_, cfg.train.seed, SampleOrder::stored);
+    v.batches = std::make_unique<DatasetBatches>(*v.sampler, mb, seq_, dp_rank, dp);
+    valid_.push_back(std::move(v));
+  }
 }
 
 std::string RunData::describe() const {
-  return fmt::format("data: {} ({} tokens, {} samples of {}), tokenizer {}", train_prefix_,
-                     train_data_->num_tokens(), train_sampler_->samples_per_epoch(), seq_ + 1,
-                     tokenizer_);
+  double total = 0;
+  for (const DatasetWeight& d : train_mixture_.datasets) total += d.weight;
+  std::string sets;
+  for (size_t i = 0; i < train_data_.size(); ++i) {
+    const IndexedDataset& d = *train_data_[i];
+    const std::string share =
+        train_data_.size() > 1 ? fmt::format("{:.1f}% ", 100 * train_mixture_.datasets[i].weight / total) : "";
+    const std::string format =
+        d.format() == DatasetFormat::jumbo ? "" : fmt::format("{}, ", to_string(d.format()));
+    sets += fmt::format("{}{}{} ({}{} tokens, {} samples of {})", i ? ", " : "", share, d.prefix(),
+                        format, d.num_tokens(), train_sampler_->sampler(i).samples_per_epoch(),
+                        seq_ + 1);
+  }
+  return fmt::format("data: {}, tokenizer {}", sets, tokenizer_);
 }
 
 }  // namespace jumbo

@@ -74,18 +74,22 @@ void Trainer::print_start() {
   print(data_->describe());
 }
 
-double Trainer::evaluate() {
-  if (!data_->has_valid()) return NAN;
-  DatasetBatches& valid = data_->valid();
-  valid.start_step(0);
-  PipelineRun run;
-  run.mode = PipelineMode::forward_only;
-  run.microbatches = plan_.eval_microbatches;
-  double sum = pipeline_->run(valid, run);
-  sum = groups_.dp.all_reduce_scalar(sum, ReduceOp::sum);
-  sum = groups_.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it
-  return sum / static_cast<double>(cfg_.train.eval_batches * cfg_.parallel.micro_batch *
-                                   cfg_.model.context);
+void Trainer::evaluate(StepMetrics& m) {
+  double mean = 0;
+  for (ValidSet& set : data_->valid()) {
+    set.batches->start_step(0);
+    PipelineRun run;
+    run.mode = PipelineMode::forward_only;
+    run.microbatches = plan_.eval_microbatches;
+    double sum = pipeline_->run(*set.batches, run);
+    sum = groups_.dp.all_reduce_scalar(sum, ReduceOp::sum);
+    sum = groups_.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it
+    const double loss = sum / static_cast<double>(cfg_.train.eval_batches *
+                                                  cfg_.parallel.micro_batch * cfg_.model.context);
+    m.val_losses.emplace_back(set.name, loss);
+    mean += set.weight * loss;
+  }
+  m.val_loss = data_->valid().empty() ? NAN : mean;
 }
 
 void Trainer::collect_comm_bytes(StepMetrics& m) {
@@ -153,7 +157,7 @@ TrainSummary Trainer::run() {
     m.eta_s = time_spent / static_cast<double>(step - summary.first_step + 1) *
               static_cast<double>(steps - step);
     if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
-      m.val_loss = evaluate();
+      evaluate(m);
       summary.final_val_loss = m.val_loss;
     }
     if (cfg_.log.comm) collect_comm_bytes(m);

@@ -88,6 +88,11 @@ void Trainer::resume_from_checkpoint() {
     print(fmt::format("checkpoint: saved with train.seed = {}, this run has {}: the data order "
                       "from here on follows the new seed", m->progress.seed, cfg_.train.seed));
   }
+  if (!m->data_train.empty() && !(m->data_train == cfg_.data.train)) {
+    print(fmt::format("checkpoint: trained on data.train = \"{}\", this run blends \"{}\": the "
+                      "sample index continues at {} in the new mixture",
+                      m->data_train.describe(), cfg_.data.train.describe(), consumed_samples_));
+  }
 }
 
 void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr,

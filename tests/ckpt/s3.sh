@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The S3 checkpoint storage against s3rver (a local S3 API): starts it on a free port with
-# the bucket jumbo-test, runs the S3* tests of the test_ckpt binary, stops it.
+# The S3 checkpoint storage against s3rver (a local S3 API) behind the proxy that checks
+# signatures (tests/support/s3rver.sh): starts both on free ports with the bucket
+# jumbo-test, runs the S3* tests of the test_ckpt binary, stops them.
 # Usage: s3.sh TEST_CKPT_BINARY
 set -uo pipefail
 test_ckpt=$1
@@ -12,7 +13,7 @@ export JUMBO_TEST_S3_ENDPOINT=$S3_ENDPOINT
 status=0
 "$test_ckpt" --gtest_filter='S3*' || status=$?
 if ((status != 0)); then
-  echo "ckpt.s3: tests failed; the last lines of the s3rver log:" >&2
-  tail -n 30 "$tmp/s3rver.log" >&2
+  echo "ckpt.s3: tests failed; the last lines of the s3rver and proxy logs:" >&2
+  tail -n 30 "$tmp/s3rver.log" "$tmp/s3_proxy.log" >&2
 fi
 exit "$status"

@@ -44,8 +44,8 @@ TEST_F(ShippedInputs, DemoRunLoadsWithItsPresetAndValidates) {
   EXPECT_EQ(cfg.train.seed, 1234u);
   EXPECT_EQ(cfg.train.precision, Precision::fp32);
   EXPECT_EQ(cfg.train.eval_every, 50);
-  EXPECT_EQ(cfg.data.train, "build/demo/brown-train");
-  EXPECT_EQ(cfg.data.valid, "build/demo/brown-valid");
+  EXPECT_EQ(cfg.data.train.describe(), "build/demo/brown-train");
+  EXPECT_EQ(cfg.data.valid.describe(), "build/demo/brown-valid");
   EXPECT_EQ(cfg.data.tokenizer, "build/demo/brown-4k.model");
   EXPECT_EQ(cfg.log.metrics_file, "build/demo/metrics.jsonl");
   EXPECT_EQ(cfg.log.every, 10);

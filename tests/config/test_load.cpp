@@ -145,12 +145,12 @@ TEST_F(ConfigFiles, OverrideValuesAreTomlOrBareStrings) {
             "train.global_batch=1e2", "checkpoint.dir=2024", "data.valid=\"a b\"",
             "log.metrics_file=", "train.seed=7", "model.name=true"});
   EXPECT_EQ(cfg.train.precision, Precision::bf16);
-  EXPECT_EQ(cfg.data.train, "build/x");
+  EXPECT_EQ(cfg.data.train.describe(), "build/x");
   EXPECT_DOUBLE_EQ(cfg.train.lr, 1e-4);
   EXPECT_EQ(cfg.train.steps, 1000);
   EXPECT_EQ(cfg.train.global_batch, 100);
   EXPECT_EQ(cfg.checkpoint.dir, "2024");  // text keys keep text that looks like a number
-  EXPECT_EQ(cfg.data.valid, "a b");
+  EXPECT_EQ(cfg.data.valid.describe(), "1 a 1 b");  // two sets, equal weights
   EXPECT_EQ(cfg.log.metrics_file, "");
   EXPECT_EQ(cfg.train.seed, 7u);
   EXPECT_EQ(cfg.model.name, "true");

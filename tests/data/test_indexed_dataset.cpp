@@ -31,7 +31,7 @@ TEST(IndexedDataset, PreparedBrownReadsBackAsEncodeThenEos) {
   opts.inputs = {test::brown_valid()};
   opts.tokenizer = test::small_tokenizer();
   opts.output_prefix = tmp.file("valid");
-  const DatasetHeader written = prepare_dataset(opts);
+  const DatasetHeader written = prepare_dataset(opts).header;
 
   const auto docs = read_documents(test::brown_valid(), "text");
   const IndexedDataset data(tmp.file("valid"));
@@ -40,7 +40,8 @@ TEST(IndexedDataset, PreparedBrownReadsBackAsEncodeThenEos) {
   EXPECT_EQ(data.header().tokenizer_fingerprint, tok.fingerprint());
   EXPECT_EQ(data.num_tokens(), written.num_tokens);
   ASSERT_EQ(data.num_docs(), docs.size());
-  EXPECT_EQ(fs::file_size(tmp.file("valid.bin")), data.num_tokens() * 2);
+  EXPECT_EQ(data.format(), DatasetFormat::jumbo_parts);
+  EXPECT_EQ(fs::file_size(tmp.file("valid.part-000000.bin")), data.num_tokens() * 2);
   for (size_t d = 0; d < docs.size(); ++d) {
     auto expected = tok.encode(docs[d]);
     expected.push_back(tok.eos_id());
@@ -194,6 +195,92 @@ TEST_F(DamagedDataset, TokenizerMismatchNamesBothSides) {
   // Same vocabulary size, different model: still refused.
   expect_mentions(user_error_of([&] { data.check_tokenizer(1000, 0x1234abceu, "u.model"); }),
                   {"u.model", "fingerprint 0x000000001234abce"});
+}
+
+// A dataset of parts, written by hand: three pairs listed by PREFIX.parts, read as one stream.
+class PartsDataset : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<DatasetPart> parts;
+    int32_t next = 0;
+    for (int p = 0; p < 3; ++p) {
+      const std::string part = part_prefix(prefix, static_cast<uint64_t>(p));
+      IndexedDatasetWriter w(part, 1000, 0xabcu);
+      for (int d = 0; d < 2 + p; ++d) {  // 2, 3, 4 documents of 5 tokens
+        std::vector<int32_t> doc;
+        for (int t = 0; t < 5; ++t) doc.push_back(next++);
+        w.add_document(doc);
+      }
+      const DatasetHeader h = w.finish();
+      parts.push_back({fs::path(part).filename().string(), h.num_docs, h.num_tokens});
+    }
+    write_parts_index(prefix, parts, 1000, 0xabcu);
+  }
+  std::string parts_text() { return test::read_bytes(prefix + ".parts"); }
+  void replace(const std::string& from, const std::string& to) {
+    std::string text = parts_text();
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << text;
+    test::write_bytes(prefix + ".parts", text.replace(at, from.size(), to));
+  }
+  std::string open_error() { return user_error_of([&] { IndexedDataset d(prefix); }); }
+
+  TempDir tmp;
+  std::string prefix = tmp.file("web");
+};
+
+TEST_F(PartsDataset, ReadsAsOneStreamAcrossParts) {
+  const IndexedDataset data(prefix);
+  EXPECT_EQ(data.format(), DatasetFormat::jumbo_parts);
+  EXPECT_EQ(data.num_segments(), 3u);
+  EXPECT_EQ(data.num_docs(), 9u);
+  EXPECT_EQ(data.num_tokens(), 45u);
+  EXPECT_EQ(data.header().vocab_size, 1000u);
+  EXPECT_EQ(data.header().tokenizer_fingerprint, 0xabcu);
+  std::vector<int32_t> all(45);
+  data.read(0, 45, all.data());
+  for (int32_t t = 0; t < 45; ++t) EXPECT_EQ(all[t], t);
+  std::vector<int32_t> across(12);
+  data.read(8, 12, across.data());  // from part 0 through part 1 into part 2
+  for (int32_t t = 0; t < 12; ++t) EXPECT_EQ(across[t], 8 + t);
+  for (uint64_t d = 0; d <= 9; ++d) EXPECT_EQ(data.doc_offset(d), 5 * d);
+  EXPECT_NO_THROW(data.check_tokenizer(1000, 0xabcu, "t.model"));
+  expect_mentions(user_error_of([&] { data.check_tokenizer(1000, 0xabdu, "t.model"); }),
+                  {prefix + ".parts: made with a tokenizer", "t.model"});
+}
+
+TEST_F(PartsDataset, AnIndexThatDisagreesWithItsPartsIsOneLine) {
+  replace("\"num_tokens\": 15", "\"num_tokens\": 16");
+  expect_mentions(open_error(), {prefix + ".parts", "parts[1]", "holds 3 documents, 15 tokens",
+                                 "lists 3 documents, 16 tokens"});
+}
+
+TEST_F(PartsDataset, DamagedOrForeignIndexIsOneLine) {
+  replace("\"jumbo-parts\"", "\"other\"");
+  expect_mentions(open_error(), {prefix + ".parts", "format \"other\"", "expected \"jumbo-parts\""});
+  test::write_bytes(prefix + ".parts", "{\"format\": ");
+  expect_mentions(open_error(), {prefix + ".parts: not valid JSON"});
+}
+
+TEST_F(PartsDataset, APartOfAnotherTokenizerNamesIt) {
+  IndexedDatasetWriter w(part_prefix(prefix, 1), 1000, 0xdefu);
+  w.add_document({1, 2, 3, 4, 5});
+  w.add_document({1, 2, 3, 4, 5});
+  w.add_document({1, 2, 3, 4, 5});
+  w.finish();
+  expect_mentions(open_error(), {part_prefix(prefix, 1) + ".idx: made with a tokenizer",
+                                 "fingerprint 0x0000000000000def", prefix + ".parts records"});
+}
+
+TEST_F(PartsDataset, MissingIndexOrAStalePairAreOneLine) {
+  test::write_bytes(prefix + ".idx", "stale");
+  expect_mentions(open_error(), {prefix + ".parts and " + prefix + ".idx exist"});
+  fs::remove(prefix + ".idx");
+  fs::remove(prefix + ".parts");
+  expect_mentions(open_error(), {"the preparation did not finish; rerun it"});
+  fs::remove(part_prefix(prefix, 2) + ".bin");
+  write_parts_index(prefix, {{"web.part-000000", 2, 10}, {"web.part-000002", 4, 20}}, 1000, 0xabcu);
+  expect_mentions(open_error(), {part_prefix(prefix, 2) + ".bin: cannot open"});
 }
 
 }  // namespace

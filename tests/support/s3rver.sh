@@ -1,6 +1,12 @@
 # Sourced by test scripts: starts s3rver (a local S3 API, npm) on a free loopback port with
-# one bucket, and stops it by PID. After start_s3rver DIR BUCKET: S3_ENDPOINT and S3RVER_PID
-# are set and the AWS_* variables point at it. The caller's EXIT trap calls stop_s3rver.
+# one bucket and, in front of it, s3_verify_proxy.py, which refuses any request whose AWS
+# SigV4 signature is wrong (s3rver accepts any); stops both by PID. After start_s3rver DIR
+# BUCKET: S3_ENDPOINT (the proxy: nothing should talk to s3rver directly), S3RVER_PID and
+# S3_PROXY_PID are set and the AWS_* variables hold the credentials the proxy checks
+# against. Logs: DIR/s3rver.log, DIR/s3_proxy.log (one line per refused request). The
+# caller's EXIT trap calls stop_s3rver.
+s3rver_support_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
 find_s3rver() {
   local s=${JUMBO_S3RVER:-}
   [[ -z $s && -x $HOME/.cache/jumbo/npm/node_modules/.bin/s3rver ]] &&
@@ -39,13 +45,39 @@ print(s.getsockname()[1])')
     cat "$dir/s3rver.log" >&2
     return 1
   fi
-  S3_ENDPOINT=http://127.0.0.1:$port
+  # The proxy picks its own port and writes it to a file once it accepts connections.
+  rm -f "$dir/s3_proxy.port"
+  # The first python3 with botocore: PATH's, else Debian's (python3-botocore).
+  local py
+  for py in python3 /usr/bin/python3; do
+    "$py" -c 'import botocore' 2>/dev/null && break
+  done
+  "$py" "$s3rver_support_dir/s3_verify_proxy.py" --upstream "http://127.0.0.1:$port" \
+    --port-file "$dir/s3_proxy.port" --access-key S3RVER --secret-key S3RVER \
+    --region us-east-1 --bucket "$bucket" 2>"$dir/s3_proxy.log" &
+  S3_PROXY_PID=$!
+  for _ in $(seq 100); do  # 10 s
+    [[ -s $dir/s3_proxy.port ]] && break
+    kill -0 "$S3_PROXY_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ ! -s $dir/s3_proxy.port ]]; then
+    echo "s3_verify_proxy.py did not start within 10 s; its log:" >&2
+    cat "$dir/s3_proxy.log" >&2
+    return 1
+  fi
+  S3_ENDPOINT=http://127.0.0.1:$(cat "$dir/s3_proxy.port")
   export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
   export AWS_EC2_METADATA_DISABLED=true
   unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_DEFAULT_REGION
 }
 
 stop_s3rver() {
+  if [[ -n ${S3_PROXY_PID:-} ]]; then
+    kill "$S3_PROXY_PID" 2>/dev/null || true
+    wait "$S3_PROXY_PID" 2>/dev/null || true
+    S3_PROXY_PID=
+  fi
   if [[ -n ${S3RVER_PID:-} ]]; then
     kill "$S3RVER_PID" 2>/dev/null || true
     wait "$S3RVER_PID" 2>/dev/null || true

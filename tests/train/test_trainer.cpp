@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "../data/data_test_support.h"
 #include "jumbo/backend/backend.h"
@@ -46,6 +47,18 @@ struct TinyRun {
     return path;
   }
 };
+
+// A second tokenizer with another vocabulary size, DIR/other.model; returns its documents.
+std::string other_tokenizer(TinyRun& run) {
+  TokenizerTrainOptions o;
+  const std::string docs = run.dir.file("other.jsonl");
+  test::write_brown_subset(docs, 5);
+  o.inputs = {docs};
+  o.model_prefix = run.dir.file("other");
+  o.vocab_size = 450;
+  train_tokenizer(o);
+  return docs;
+}
 
 TrainSummary train(const RunConfig& cfg) {
   auto backend = make_cpu_backend();
@@ -113,18 +126,11 @@ TEST(Trainer, NonFiniteLossStopsNamingTheStep) {
 
 TEST(Trainer, TokenizerThatDoesNotMatchTheDataIsRefused) {
   TinyRun run;
-  // A second tokenizer with another vocabulary size.
-  TokenizerTrainOptions o;
-  const std::string docs = run.dir.file("other.jsonl");
-  test::write_brown_subset(docs, 5);
-  o.inputs = {docs};
-  o.model_prefix = run.dir.file("other");
-  o.vocab_size = 450;
-  train_tokenizer(o);
+  other_tokenizer(run);
   const RunConfig cfg =
       load_run_config(run.config(), {"data.tokenizer=\"" + run.dir.file("other.model") + "\""});
   const std::string msg = test::user_error_of([&] { train(cfg); });
-  EXPECT_NE(msg.find("train.idx"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.parts"), std::string::npos) << msg;
   EXPECT_NE(msg.find("other.model"), std::string::npos) << msg;
 }
 
@@ -134,6 +140,79 @@ TEST(Trainer, MissingDatasetNamesTheFile) {
       load_run_config(run.config(), {"data.train=\"" + run.dir.file("nope") + "\""});
   const std::string msg = test::user_error_of([&] { train(cfg); });
   EXPECT_NE(msg.find("nope"), std::string::npos) << msg;
+}
+
+TEST(Trainer, SeveralValidationSetsEachGetALossAndTheirWeightedMean) {
+  TinyRun run;
+  // A second held-out set of other text: the last documents of the validation split.
+  const auto docs = read_documents(test::brown_valid(), "text");
+  {
+    std::ofstream tail(run.dir.file("tail.jsonl"));
+    for (size_t d = docs.size() - 3; d < docs.size(); ++d)
+      tail << nlohmann::json{{"text", docs[d]}}.dump() << "\n";
+  }
+  PrepareOptions p;
+  p.inputs = {run.dir.file("tail.jsonl")};
+  p.tokenizer = run.tokenizer;
+  p.output_prefix = run.dir.file("tail");
+  prepare_dataset(p);
+  const RunConfig cfg = load_run_config(
+      run.config(), {"train.steps=10", "train.eval_every=5",
+                     "data.valid=0.25 " + run.dir.file("valid") + " 0.75 " + run.dir.file("tail")});
+  train(cfg);
+  std::ifstream metrics(run.dir.file("metrics.jsonl"));
+  int evaluations = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("val_loss")) continue;
+    ++evaluations;
+    ASSERT_TRUE(j.contains("val_loss.valid") && j.contains("val_loss.tail")) << line;
+    const double a = j["val_loss.valid"], b = j["val_loss.tail"];
+    EXPECT_NE(a, b);  // two sets, two losses
+    EXPECT_NEAR(j["val_loss"].get<double>(), 0.25 * a + 0.75 * b, 1e-9) << line;
+  }
+  EXPECT_EQ(evaluations, 2);
+}
+
+TEST(Trainer, DatasetsOfDifferentTokenizersInOneRunNameBothFiles) {
+  TinyRun run;
+  const std::string docs = other_tokenizer(run);
+  PrepareOptions p;
+  p.inputs = {docs};
+  p.tokenizer = run.dir.file("other.model");
+  p.output_prefix = run.dir.file("foreign");
+  prepare_dataset(p);
+  const RunConfig cfg = load_run_config(
+      run.config(), {"data.train=0.5 " + run.dir.file("train") + " 0.5 " + run.dir.file("foreign")});
+  const std::string msg = test::user_error_of([&] { train(cfg); });
+  EXPECT_NE(msg.find(run.dir.file("train") + " and " + run.dir.file("foreign") +
+                     " were made with different tokenizers"), std::string::npos) << msg;
+}
+
+TEST(Trainer, ResumeWithAnotherMixtureContinuesTheSampleIndexAndSaysSo) {
+  TinyRun run;
+  const std::string ckpt = run.dir.file("ckpt");
+  RunConfig cfg = load_run_config(
+      run.config(), {"train.steps=4", "train.eval_every=0", "checkpoint.every=4",
+                     "checkpoint.dir=" + ckpt});
+  train(cfg);
+  std::ifstream manifest(ckpt + "/step_00000004/manifest.json");
+  ASSERT_TRUE(manifest.good());
+  const auto m = nlohmann::json::parse(manifest);
+  ASSERT_EQ(m["data"]["mixture"].size(), 1u);
+  EXPECT_EQ(m["data"]["mixture"][0]["prefix"], run.dir.file("train"));
+
+  const std::string blend = "0.5 " + run.dir.file("train") + " 0.5 " + run.dir.file("valid");
+  cfg = load_run_config(run.config(), {"train.steps=6", "train.eval_every=0",
+                                       "checkpoint.dir=" + ckpt, "checkpoint.resume=auto",
+                                       "data.train=" + blend});
+  testing::internal::CaptureStdout();
+  const TrainSummary s = train(cfg);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(s.steps, 6);
+  EXPECT_NE(out.find("checkpoint: trained on data.train = \"" + run.dir.file("train") +
+                     "\", this run blends \"" + blend + "\": the sample index continues at 32"),
+            std::string::npos) << out;
 }
 
 }  // namespace

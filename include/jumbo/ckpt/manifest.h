@@ -44,7 +44,10 @@ struct Manifest {
   // The layout it was saved with; stage_layers holds the split as used (balanced or given).
   Layout layout;
   Precision precision = Precision::fp32;
-  std::string data_train, tokenizer;  // information: what the run trained on
+  // What the run trained on: the blend of data.train (a resume with another one continues the
+  // sample index and says so) and the tokenizer.
+  DataMixture data_train;
+  std::string tokenizer;
   std::vector<ShardFileInfo> files;
   std::map<std::string, std::vector<StoredPiece>> tensors;  // by tensor name
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jumbo/config/layout.h"
@@ -71,10 +72,36 @@ struct TrainConfig {
   std::string gpu;
 };
 
+// One dataset of a mixture: the prefix of a prepared dataset (jumbo's PREFIX.idx/.bin or
+// PREFIX.parts, or Megatron's MMIDIDX pair) and its weight (> 0; weights are normalised, so
+// they need not sum to 1).
+struct DatasetWeight {
+  std::string prefix;
+  double weight = 1.0;
+  bool operator==(const DatasetWeight&) const = default;
+};
+
+// A weighted list of datasets, written as Megatron's --data-path: "0.6 data/web 0.4 data/books",
+// "data/web" (one dataset), "data/a data/b" (equal weights), or a TOML array.
+struct DataMixture {
+  std::vector<DatasetWeight> datasets;
+  bool empty() const { return datasets.empty(); }
+  // Dataset i's name in metrics (val_loss.NAME): the last component of its prefix.
+  std::string name(size_t i) const;
+  // Megatron's form, canonical (one dataset of weight 1 is just its prefix): for messages and
+  // the checkpoint manifest.
+  std::string describe() const;
+  bool operator==(const DataMixture&) const = default;
+};
+
+// Parses Megatron's form (see DataMixture). Throws UserError with a message that says what
+// was expected, without a location (the caller names the key).
+DataMixture parse_mixture(std::string_view text);
+
 struct DataConfig {
-  std::string train;       // prefix of a prepared dataset: PREFIX.bin + PREFIX.idx
-  std::string valid;       // same, held-out split; may be empty
-  std::string tokenizer;   // SentencePiece .model; checked against the dataset's header
+  DataMixture train;       // the blend each training sample is drawn from
+  DataMixture valid;       // held-out sets, one val_loss.NAME each; may be empty
+  std::string tokenizer;   // SentencePiece .model; checked against every dataset's header
 };
 
 struct CheckpointConfig {

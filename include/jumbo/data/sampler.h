@@ -12,7 +12,16 @@ namespace jumbo {
 // Training shuffles each epoch; evaluation reads the samples in stored order.
 enum class SampleOrder { shuffled, stored };
 
-class GptSampler {
+// An endless sequence of samples of seq_len + 1 tokens, addressed by index: one dataset's
+// sampler or a blend of several.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Writes the seq_len + 1 tokens of sample `index` to out.
+  virtual void sample(int64_t index, int32_t* out) const = 0;
+};
+
+class GptSampler final : public SampleSource {
  public:
   // Throws UserError naming the dataset if it holds fewer than seq_len + 1 tokens.
   GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t seed,
@@ -20,7 +29,7 @@ class GptSampler {
   int64_t samples_per_epoch() const { return samples_per_epoch_; }
   // The sample at position `index` of the endless sequence of epochs: writes seq_len + 1
   // tokens to out.
-  void sample(int64_t index, int32_t* out) const;
+  void sample(int64_t index, int32_t* out) const override;
   // Which stored sample position `index` maps to (exposed for tests).
   int64_t permuted(int64_t index) const;
 

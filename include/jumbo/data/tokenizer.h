@@ -1,6 +1,8 @@
 #pragma once
-// SentencePiece tokenizer: training from text and encoding. EOS separates documents.
+// SentencePiece tokenizer: training from a bounded, seeded sample of the input text, encoding,
+// and inspection of a trained vocabulary. EOS separates documents.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,20 +13,85 @@ class SentencePieceProcessor;
 
 namespace jumbo {
 
+// The trainer skips longer sentences, so the sampler never spends budget on them. Brown
+// paragraphs reach ~10 KB.
+inline constexpr int64_t kMaxSentenceBytes = 16384;
+
+// Measured: SentencePiece's unigram trainer peaks at ~25 bytes of memory per sampled byte of
+// English (its suffix array), so this default needs ~6.5 GiB, fits a 16 GB machine, and is
+// about the least text a 256K vocabulary needs (128 MiB of Brown-derived text held 174K).
+inline constexpr int64_t kDefaultSampleBytes = int64_t{256} << 20;
+
+// Each field names the `jumbo data tokenizer` flag it comes from; check_tokenizer_options
+// names the flag when a value is out of range.
 struct TokenizerTrainOptions {
-  std::vector<std::string> inputs;   // .jsonl (one document per line, key "text") or text files
-  std::string model_prefix;          // writes PREFIX.model and PREFIX.vocab
-  int vocab_size = 8000;
-  std::string model_type = "unigram";
+  std::vector<std::string> inputs;     // --input: .jsonl (key "text") or text files
+  std::string model_prefix;            // --output: writes PREFIX.model and PREFIX.vocab
+  int vocab_size = 8000;               // --vocab-size
+  std::string model_type = "unigram";  // --model-type: unigram, bpe, char or word
   bool split_by_whitespace = false;  // false: multi-word pieces ("▁of▁the"), as J1's vocabulary
   bool byte_fallback = true;         // no unknown tokens
-  int64_t input_sentence_size = 200000;  // sentences sampled for training
-  int threads = 0;                   // 0 = all cores
-  uint64_t seed = 1234;
+  // --sample-bytes: training text kept from all inputs (a uniform sample of sentences).
+  int64_t sample_bytes = kDefaultSampleBytes;
+  // --input-sentence-size: at most this many sentences in the sample; 0 = no limit (the
+  // byte budget decides).
+  int64_t input_sentence_size = 0;
+  int max_piece_length = 16;      // --max-piece-length: characters, 1 .. 64
+  int64_t seed_pieces = 1000000;  // --seed-pieces: unigram candidates before pruning
+  int threads = 0;                // --threads: trainer threads, 0 = all cores (at most 128)
+  uint64_t seed = 1234;           // --seed: the sample and the trainer's generator
+  bool verbose = false;           // --verbose: SentencePiece's progress log on stderr
 };
 
-// Trains and writes PREFIX.model / PREFIX.vocab. Throws UserError naming the input on bad input.
-void train_tokenizer(const TokenizerTrainOptions& opts);
+// What the sampler read and kept.
+struct SampleStats {
+  int64_t files = 0;
+  int64_t bytes_read = 0;        // file bytes, all inputs
+  int64_t lines_read = 0;        // lines of all inputs (JSON lines or text lines)
+  int64_t lines_not_parsed = 0;  // JSON lines none of whose paragraphs could enter the sample
+  int64_t sentences_seen = 0;    // sentences (non-empty paragraphs) of the parsed lines
+  int64_t too_long = 0;          // sentences over kMaxSentenceBytes, never sampled
+  int64_t sampled_sentences = 0;
+  int64_t sampled_bytes = 0;
+  std::vector<int64_t> sampled_per_input;  // sentences kept from each input, in input order
+  double seconds = 0;
+};
+
+struct SentenceSample {
+  std::vector<std::string> sentences;  // in key order: a seeded shuffle
+  SampleStats stats;
+};
+
+// Throws UserError, one line naming the flag, the value and what is expected. Called by
+// train_tokenizer before any input is read.
+void check_tokenizer_options(const TokenizerTrainOptions& opts);
+
+// Streams every input once and keeps the smallest-key sentences that fit both
+// opts.sample_bytes and opts.input_sentence_size. A sentence is a non-empty line of a
+// document; its key is a hash of (seed, input index, line, paragraph within the line), so the
+// sample is uniform over all inputs and the same for any thread count. Once the sample is
+// full, a JSON line none of whose paragraphs could enter is not parsed (only checked to look
+// like an object). Memory: the budget plus ~64 bytes a sentence. Throws UserError naming file
+// and line on unreadable input, bad JSON or a missing key.
+SentenceSample sample_training_sentences(const TokenizerTrainOptions& opts);
+
+// Trains on a sample (consumed: each sentence is freed as the trainer copies it) and writes
+// PREFIX.model / PREFIX.vocab. Returns the training seconds.
+double train_tokenizer_on(SentenceSample&& sample, const TokenizerTrainOptions& opts);
+
+struct TokenizerTrainReport {
+  SampleStats sample;
+  double train_seconds = 0;
+};
+
+// check_tokenizer_options, sample_training_sentences, train_tokenizer_on.
+TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& opts);
+
+// Calls fn(document, line) for each document of an input, streamed: a .jsonl line's value
+// under json_key (line from 1), or a whole text file (line 0). Throws UserError naming file
+// and line.
+void for_each_input_document(const std::string& path, const std::string& json_key,
+                             const std::function<void(const std::string&, int64_t)>& fn);
 
 class Tokenizer {
  public:
@@ -36,6 +103,10 @@ class Tokenizer {
   int32_t eos_id() const;
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
+  // The piece as stored ("▁of▁the"), and whether it was learned from text (not a control,
+  // unknown, byte or unused piece).
+  std::string piece(int32_t id) const;
+  bool is_learned(int32_t id) const;
   // FNV-1a 64 of the model file's bytes: stored in a dataset's header, so a dataset is only
   // used with the tokenizer that made it.
   uint64_t fingerprint() const { return fingerprint_; }
@@ -46,5 +117,25 @@ class Tokenizer {
   uint64_t fingerprint_ = 0;
   std::string path_;
 };
+
+// `jumbo data inspect-tokenizer`. A multi-word piece holds "▁" (a word boundary) after its
+// first character: "▁of▁the", "s▁of".
+struct LongPiece {
+  std::string piece;
+  int64_t chars = 0;  // Unicode characters, "▁" counted as one
+};
+struct TokenizerInspection {
+  int64_t vocab_size = 0;
+  int64_t learned = 0;  // pieces learned from text
+  int64_t byte_pieces = 0;
+  int64_t multi_word = 0;          // learned pieces spanning a word boundary
+  std::vector<LongPiece> longest;  // longest learned pieces, longest first
+  // Over the sample file, when one is given (each document encoded whole, as prepare does).
+  std::string sample;
+  int64_t sample_documents = 0, sample_words = 0, sample_tokens = 0, sample_bytes = 0;
+};
+TokenizerInspection inspect_tokenizer(const std::string& model_path, const std::string& sample,
+                                      int top_pieces);
+int64_t utf8_chars(const std::string& s);
 
 }  // namespace jumbo

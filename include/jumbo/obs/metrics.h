@@ -24,7 +24,8 @@ struct StepMetrics {
   double step_time_s = 0;
   uint64_t mem_peak_bytes = 0; // peak resident memory of this process
   double eta_s = 0;            // estimated time left
-  std::optional<double> val_loss;
+  std::optional<double> val_loss;  // the data.valid-weighted mean of val_losses
+  std::vector<std::pair<std::string, double>> val_losses;  // per validation set, by name
   // log.comm: bytes this rank handed to each group's operations during the step.
   std::vector<std::pair<std::string, uint64_t>> comm_bytes;
 };

@@ -13,14 +13,14 @@ namespace jumbo {
 
 class DatasetBatches final : public MicrobatchSource {
  public:
-  DatasetBatches(const GptSampler& sampler, int64_t micro_batch, int64_t seq, int64_t dp_rank,
+  DatasetBatches(const SampleSource& sampler, int64_t micro_batch, int64_t seq, int64_t dp_rank,
                  int64_t dp_size);
   // Positions the source at the first microbatch of a step that starts after `consumed` samples.
   void start_step(int64_t consumed_samples);
   void next(int32_t* tokens, int32_t* targets) override;
 
  private:
-  const GptSampler& sampler_;
+  const SampleSource& sampler_;
   int64_t micro_batch_, seq_, dp_rank_, dp_size_;
   int64_t consumed_ = 0, round_ = 0;
   std::vector<int32_t> sample_;

@@ -1,34 +1,49 @@
 #pragma once
-// A run's data: the tokenizer checked against the model and every dataset, the training and
-// validation sets with their samplers, and this data-parallel rank's microbatches of each.
-// Built before the model, so a mismatch fails before gigabytes are allocated.
+// A run's data: the tokenizer checked against the model and every dataset, the training blend
+// of data.train with its sampler, the named validation sets of data.valid, and this
+// data-parallel rank's microbatches of each. Built before the model, so a mismatch fails
+// before gigabytes are allocated.
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "jumbo/config/config.h"
+#include "jumbo/data/blend.h"
 #include "jumbo/data/indexed_dataset.h"
 #include "jumbo/data/sampler.h"
 #include "jumbo/train/batch.h"
 
 namespace jumbo {
 
+// One validation set of data.valid: its name in the metrics (val_loss.NAME), its weight in the
+// mean, and this rank's microbatches of it in stored order.
+struct ValidSet {
+  std::string name;
+  double weight = 1;  // normalised over data.valid
+  std::unique_ptr<IndexedDataset> data;
+  std::unique_ptr<GptSampler> sampler;
+  std::unique_ptr<DatasetBatches> batches;
+};
+
 class RunData {
  public:
-  // Throws UserError naming the file on a missing or mismatched dataset or tokenizer.
+  // Throws UserError naming the file on a missing or mismatched dataset or tokenizer, and
+  // both files when two datasets were made with different tokenizers.
   RunData(const RunConfig& cfg, int64_t dp_rank);
   DatasetBatches& train() { return *train_batches_; }
-  bool has_valid() const { return valid_batches_ != nullptr; }
-  DatasetBatches& valid() { return *valid_batches_; }
-  // "data: PREFIX (N tokens, M samples of S), tokenizer T"
+  std::vector<ValidSet>& valid() { return valid_; }
+  // "data: PREFIX (N tokens, M samples of S), tokenizer T", one part per blended dataset.
   std::string describe() const;
 
  private:
-  std::string train_prefix_, tokenizer_;
+  DataMixture train_mixture_;
+  std::string tokenizer_;
   int64_t seq_;
-  std::unique_ptr<IndexedDataset> train_data_, valid_data_;
-  std::unique_ptr<GptSampler> train_sampler_, valid_sampler_;
-  std::unique_ptr<DatasetBatches> train_batches_, valid_batches_;
+  std::vector<std::unique_ptr<IndexedDataset>> train_data_;
+  std::unique_ptr<BlendedSampler> train_sampler_;
+  std::unique_ptr<DatasetBatches> train_batches_;
+  std::vector<ValidSet> valid_;
 };
 
 }  // namespace jumbo

@@ -51,8 +51,9 @@ class Trainer {
   Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> world);
   ~Trainer();
   TrainSummary run();
-  // Mean per-token loss over eval_batches microbatches of the validation set.
-  double evaluate();
+  // Mean per-token loss over eval_batches microbatches of each set of data.valid into
+  // m.val_losses, and their data.valid-weighted mean into m.val_loss.
+  void evaluate(StepMetrics& m);
   GptModel& model() { return *model_; }
   Grid& grid() { return grid_; }
 

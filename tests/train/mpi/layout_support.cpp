@@ -17,7 +17,7 @@ namespace jumbo::test {
 
 namespace fs = std::filesystem;
 
-// Rank 0 makes the tokenizer and datasets in the build tree; the others wait.
+// Rank 0 makes the tokenizer and the two blended datasets in the build tree; the others wait.
 const std::string& data_dir() {
   static const std::string dir = [] {
     const fs::path d = fs::path(JUMBO_BINARY_DIR) / "test-data" / "layouts";
@@ -30,6 +30,12 @@ const std::string& data_dir() {
       p.inputs = {docs};
       p.tokenizer = small_tokenizer();
       p.output_prefix = (d / "train").string();
+      prepare_dataset(p);
+      // A second, smaller dataset: every layout and resume test trains on a blend of both.
+      const std::string docs2 = (d / "docs2.jsonl").string();
+      write_brown_subset(docs2, 4);
+      p.inputs = {docs2};
+      p.output_prefix = (d / "train2").string();
       prepare_dataset(p);
     }
     w->barrier();
@@ -50,7 +56,7 @@ RunConfig layout_config(int tp, int pp, bool zero1, const std::string& precision
       std::string("parallel.sequence_parallel=") + (sequence_parallel ? "true" : "false"),  // several buckets, so reductions overlap the backward
       "train.steps=10", "train.global_batch=24", "train.lr=1e-3", "train.min_lr=1e-4",
       "train.warmup_tokens=200", "train.eval_every=0", "train.precision=" + precision,
-      "data.train=" + d + "/train", "data.valid=", "data.tokenizer=" + small_tokenizer(),
+      "data.train=0.7 " + d + "/train 0.3 " + d + "/train2", "data.valid=", "data.tokenizer=" + small_tokenizer(),
       "log.metrics_file=", "log.peak_tflops=1"};
   return parse_run_config("[model]\npreset = \"" JUMBO_SOURCE_DIR "/inputs/models/tiny.toml\"\n",
                           "layout-test", sets);

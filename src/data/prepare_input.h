@@ -1,0 +1,38 @@
+#pragma once
+// The input side of `jumbo data prepare`: input files cut into units (a unit becomes one part)
+// at line boundaries, and the documents of a unit read in batches. Private to src/data.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "jumbo/data/prepare.h"
+
+namespace jumbo {
+
+// Bytes [begin, end) of a file, nominally: a .jsonl unit holds the lines whose first byte lies
+// in that range, so units of the same file never share or lose a line.
+struct InputUnit {
+  std::string path;
+  uint64_t begin = 0, end = 0;
+  bool jsonl = true;  // false: the whole file is one document
+};
+
+// Every file cut into units of part_bytes (.jsonl) or one unit (other files; none for an empty
+// .jsonl), in input order then byte order.
+std::vector<InputUnit> plan_units(const std::vector<std::string>& files, uint64_t part_bytes);
+
+struct UnitStats {
+  uint64_t documents = 0, bytes = 0, skipped = 0;
+  std::string first_skipped;  // "FILE:LINE: reason" of the first skipped document
+};
+
+// Calls `batch` with consecutive groups of the unit's documents of about batch_bytes of text.
+// A bad document throws UserError naming the file and line, or with BadDocuments::skip is
+// counted in stats and left out.
+void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, BadDocuments bad,
+                         size_t batch_bytes,
+                         const std::function<void(std::vector<std::string>&)>& batch,
+                         UnitStats& stats);
+
+}  // namespace jumbo
