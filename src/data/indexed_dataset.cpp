@@ -71,8 +71,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     format_ = DatasetFormat::megatron;
     segments_.push_back(open_megatron_segment(prefix));
   } else {
-    if (!std::filesystem::exists(idx_path) &&
-        std::filesystem::exists(part_prefix(prefix, 0) + ".idx")) {
+    // The job file is written before any part, PREFIX.parts after the last.
+    if (!std::filesystem::exists(idx_path) && std::filesystem::exists(parts_path + ".job")) {
       throw UserError(fmt::format("{}: parts but no {}: the preparation did not finish; rerun "
                                   "it to complete the dataset", prefix, parts_path));
     }

@@ -258,6 +258,10 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
     writer.finish();
   }
 
+  if (done.skipped > 0) {  // each rank names the first it skipped: rank 0 may have none
+    fmt::print("prepare: rank {} skipped {} bad documents; the first: {}\n", ranks.rank(),
+               done.skipped, done.first_skipped);
+  }
   PrepareResult r;
   const auto sum = [&](double v) { return static_cast<uint64_t>(ranks.all_reduce_scalar(v, ReduceOp::sum)); };
   r.reused_parts = sum(static_cast<double>(reused));
@@ -278,7 +282,6 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
                                   r.skipped_documents ? " that are not bad" : ""));
     }
     write_parts_index(prefix, parts, vocab, tok.fingerprint());
-    if (done.skipped > 0) fmt::print("prepare: skipped bad documents; the first: {}\n", done.first_skipped);
   }
   // Every rank returns with the dataset complete, and its counts.
   r.header.num_docs = sum(static_cast<double>(r.header.num_docs));

@@ -277,6 +277,7 @@ TEST_F(PartsDataset, MissingIndexOrAStalePairAreOneLine) {
   expect_mentions(open_error(), {prefix + ".parts and " + prefix + ".idx exist"});
   fs::remove(prefix + ".idx");
   fs::remove(prefix + ".parts");
+  test::write_bytes(prefix + ".parts.job", "{}");  // a preparation started, none finished
   expect_mentions(open_error(), {"the preparation did not finish; rerun it"});
   fs::remove(part_prefix(prefix, 2) + ".bin");
   write_parts_index(prefix, {{"web.part-000000", 2, 10}, {"web.part-000002", 4, 20}}, 1000, 0xabcu);
