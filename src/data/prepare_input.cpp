@@ -98,8 +98,10 @@ size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
-// One JSON line's document, or the reason it is bad ("" on success).
-std::string parse_line(std::string_view line, const std::string& json_key, std::string& doc) {
+}  // namespace
+
+std::string document_of_json_line(std::string_view line, const std::string& json_key,
+                                  std::string& doc) {
   if (const size_t bad = invalid_utf8_at(line); bad != std::string_view::npos) {
     return fmt::format("invalid UTF-8 at column {} (expected UTF-8 text)", bad + 1);
   }
@@ -123,8 +125,6 @@ std::string parse_line(std::string_view line, const std::string& json_key, std::
   doc = field->get<std::string>();
   return "";
 }
-
-}  // namespace
 
 std::vector<InputUnit> plan_units(const std::vector<std::string>& files, uint64_t part_bytes) {
   std::vector<InputUnit> units;
@@ -214,7 +214,7 @@ void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, Bad
     const uint64_t this_line = line_begin;
     line_begin = buffer_offset + line_end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines
-    const std::string why = parse_line(line, json_key, doc);
+    const std::string why = document_of_json_line(line, json_key, doc);
     if (!why.empty()) {
       reject(this_line, why);
       continue;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jumbo/data/prepare.h"
@@ -17,6 +18,12 @@ struct InputUnit {
   uint64_t begin = 0, end = 0;
   bool jsonl = true;  // false: the whole file is one document
 };
+
+// The document of one .jsonl line (the string under json_key) into doc, or why the line is
+// not one ("" on success): invalid UTF-8, not JSON, not an object, no string key. The one rule
+// for JSON lines, shared by preparation and the tokenizer's sampler.
+std::string document_of_json_line(std::string_view line, const std::string& json_key,
+                                  std::string& doc);
 
 // Every file cut into units of part_bytes (.jsonl) or one unit (other files; none for an empty
 // .jsonl), in input order then byte order.

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "jumbo/config/config.h"
 #include "jumbo/data/tokenizer.h"
+#include "prepare_input.h"
 
 namespace jumbo {
 namespace {
@@ -59,28 +59,10 @@ bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == 
 // The document of one JSON line; errors name file, line and what was expected.
 std::string parse_json_line(const std::string& line, const std::string& path, int64_t line_no,
                             const std::string& json_key) {
-  nlohmann::json obj;
-  try {
-    obj = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is the column; the library's own message repeats it with internal detail.
-    throw UserError(
-        fmt::format("{}:{}: not valid JSON at column {} (expected one JSON object "
-                    "per line)",
-                    path, line_no, e.byte));
-  }
-  if (!obj.is_object()) {
-    throw UserError(fmt::format("{}:{}: a JSON {}, expected an object with a string \"{}\"", path,
-                                line_no, obj.type_name(), json_key));
-  }
-  const auto field = obj.find(json_key);
-  if (field == obj.end() || !field->is_string()) {
-    throw UserError(fmt::format(
-        "{}:{}: {}, expected a string field \"{}\"", path, line_no,
-        field == obj.end() ? "no such key" : "the value is a " + std::string(field->type_name()),
-        json_key));
-  }
-  return field->get_ref<const std::string&>();
+  std::string doc;
+  const std::string why = document_of_json_line(line, json_key, doc);
+  if (!why.empty()) throw UserError(fmt::format("{}:{}: {}", path, line_no, why));
+  return doc;
 }
 
 // The smallest-key sentences whose total fits the byte (and count) budget. A max-heap on the
