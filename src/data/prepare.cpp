@@ -180,6 +180,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
   std::vector<std::string> files;
   for (const std::string& p : patterns) {
     if (p.find_first_of("*?[") == std::string::npos) {
+      if (fs::is_directory(p)) {
+        throw UserError(fmt::format("{}: is a directory, expected a .jsonl or text file", p));
+      }
       if (!fs::is_regular_file(p)) throw UserError(fmt::format("{}: no such input file", p));
       files.push_back(p);
       continue;

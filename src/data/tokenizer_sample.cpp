@@ -217,8 +217,10 @@ SentenceSample sample_training_sentences(const TokenizerTrainOptions& opts) {
   SentenceSample out;
   SampleStats& stats = out.stats;
   BottomK sample(opts.sample_bytes, opts.input_sentence_size);
-  for (size_t i = 0; i < opts.inputs.size(); ++i) {
-    const std::string& path = opts.inputs[i];
+  // Files or quoted patterns ('corpus/*.jsonl'), expanded as `data prepare` does.
+  const std::vector<std::string> inputs = expand_inputs(opts.inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& path = inputs[i];
     const auto input = static_cast<int32_t>(i);
     if (ends_with(path, ".jsonl")) {
       sample_jsonl(sample, stats, path, input, opts.seed);
@@ -226,9 +228,9 @@ SentenceSample sample_training_sentences(const TokenizerTrainOptions& opts) {
       sample_text(sample, stats, path, input, opts.seed);
     }
   }
-  stats.files = static_cast<int64_t>(opts.inputs.size());
+  stats.files = static_cast<int64_t>(inputs.size());
   stats.sampled_bytes = sample.bytes();
-  stats.sampled_per_input.assign(opts.inputs.size(), 0);
+  stats.sampled_per_input.assign(inputs.size(), 0);
   auto entries = sample.take_sorted();
   out.sentences.reserve(entries.size());
   for (auto& e : entries) {
