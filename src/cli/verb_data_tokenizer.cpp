@@ -55,7 +55,7 @@ void add_train(CLI::App& data, VerbRunner& run) {
       ->capture_default_str();
   tok->add_option("--sample-bytes", topts->sample_bytes,
                   "bytes of text sampled for training, e.g. 256M or 1G (binary units); the "
-                  "trainer needs ~25 bytes of memory per sampled byte")
+                  "trainer needs ~25-30 bytes of memory per sampled byte")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   tok->add_option("--input-sentence-size", topts->input_sentence_size,

@@ -17,9 +17,10 @@ namespace jumbo {
 // paragraphs reach ~10 KB.
 inline constexpr int64_t kMaxSentenceBytes = 16384;
 
-// Measured: SentencePiece's unigram trainer peaks at ~25 bytes of memory per sampled byte of
-// English (its suffix array), so this default needs ~6.5 GiB, fits a 16 GB machine, and is
-// about the least text a 256K vocabulary needs (128 MiB of Brown-derived text held 174K).
+// Measured: SentencePiece's unigram trainer peaks at ~25-30 bytes of memory per sampled byte
+// of English (its suffix array), so this default needs ~7 GiB and fits a 16 GB machine; a
+// 256K vocabulary needed about this much text (192 MiB of Brown-derived text with 10M seed
+// pieces; 128 MiB with the default 1M held only 174K pieces).
 inline constexpr int64_t kDefaultSampleBytes = int64_t{256} << 20;
 
 // Each field names the `jumbo data tokenizer` flag it comes from; check_tokenizer_options
