@@ -42,9 +42,9 @@ uint64_t token_check_budget(uint64_t segment_tokens, uint64_t total_tokens) {
   return std::max<uint64_t>(1, static_cast<uint64_t>(share * kFullTokenCheck));
 }
 
-std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
-
 }  // namespace
+
+std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
 
 const char* to_string(DatasetFormat f) {
   switch (f) {

@@ -86,7 +86,7 @@ std::string job_text(const PrepareOptions& o, const std::vector<std::string>& fi
                             {"json_key", o.json_key},
                             {"part_bytes", o.part_bytes},
                             {"bad_documents", o.bad_documents == BadDocuments::skip ? "skip" : "fail"},
-                            {"tokenizer_fingerprint", fmt::format("{:#018x}", tokenizer_fingerprint)}};
+                            {"tokenizer_fingerprint", fingerprint_text(tokenizer_fingerprint)}};
   return j.dump(1) + "\n";
 }
 
@@ -202,8 +202,7 @@ std::vector<std::string> read_documents(const std::string& path, const std::stri
   if (ec) throw UserError(fmt::format("{}: cannot open ({})", path, ec.message()));
   std::vector<std::string> all;
   UnitStats stats;
-  const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
-  for_each_unit_batch({path, 0, size, jsonl}, json_key, BadDocuments::fail, SIZE_MAX,
+  for_each_unit_batch({path, 0, size, is_jsonl(path)}, json_key, BadDocuments::fail, SIZE_MAX,
                       [&](std::vector<std::string>& docs) {
                         for (auto& d : docs) all.push_back(std::move(d));
                       },

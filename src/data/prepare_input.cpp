@@ -19,10 +19,6 @@ namespace {
 
 constexpr size_t kReadBlock = size_t{16} << 20;
 
-bool is_jsonl(const std::string& path) {
-  return path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
-}
-
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
@@ -124,6 +120,10 @@ std::string document_of_json_line(std::string_view line, const std::string& json
   }
   doc = field->get<std::string>();
   return "";
+}
+
+bool is_jsonl(const std::string& path) {
+  return path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
 }
 
 std::vector<InputUnit> plan_units(const std::vector<std::string>& files, uint64_t part_bytes) {

@@ -19,6 +19,9 @@ struct InputUnit {
   bool jsonl = true;  // false: the whole file is one document
 };
 
+// Whether an input is JSON lines (one document per line) rather than one text document.
+bool is_jsonl(const std::string& path);
+
 // The document of one .jsonl line (the string under json_key) into doc, or why the line is
 // not one ("" on success): invalid UTF-8, not JSON, not an object, no string key. The one rule
 // for JSON lines, shared by preparation and the tokenizer's sampler.

@@ -19,11 +19,6 @@
 namespace jumbo {
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // splitmix64's finaliser: consecutive inputs give unrelated outputs.
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -198,7 +193,7 @@ void for_each_input_document(const std::string& path, const std::string& json_ke
   std::ifstream in;
   std::vector<char> buffer;
   open_input(in, path, buffer);
-  if (!ends_with(path, ".jsonl")) {
+  if (!is_jsonl(path)) {
     const std::string doc{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     check_read(in, path);
     fn(doc, 0);
@@ -222,7 +217,7 @@ SentenceSample sample_training_sentences(const TokenizerTrainOptions& opts) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string& path = inputs[i];
     const auto input = static_cast<int32_t>(i);
-    if (ends_with(path, ".jsonl")) {
+    if (is_jsonl(path)) {
       sample_jsonl(sample, stats, path, input, opts.seed);
     } else {
       sample_text(sample, stats, path, input, opts.seed);

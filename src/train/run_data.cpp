@@ -7,8 +7,6 @@
 namespace jumbo {
 namespace {
 
-std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
-
 // Datasets that record their tokenizer must all record the same one: names both files.
 void check_same_tokenizer(const IndexedDataset& first, const IndexedDataset& other) {
   const DatasetHeader &a = first.header(), &b = other.header();

@@ -34,6 +34,9 @@ class IndexedDatasetWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// A tokenizer fingerprint as messages and PREFIX.parts write it: "0x0123456789abcdef".
+std::string fingerprint_text(uint64_t fingerprint);
+
 // Where a dataset's tokens live: one jumbo pair, the parts of a dataset prepared over many
 // ranks (PREFIX.parts lists them), or a Megatron-LM MMIDIDX pair.
 enum class DatasetFormat { jumbo, jumbo_parts, megatron };
