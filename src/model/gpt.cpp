@@ -126,33 +126,36 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
   return out;
 }
 
-void GptModel::register_params() {
-  // Registration order is gpt_stage_params' order: [word], [position], 12 per layer, [norm].
-  for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size_)) params_.add(std::move(p));
+GptParamIndex gpt_param_index(const GptOptions& opts) {
+  // gpt_stage_params' order: [word], [position], 12 per layer, [final norm].
+  GptParamIndex ix;
   int next = 0;
-  if (opts_.has_embedding || opts_.has_head) wte_ = next++;
-  if (opts_.has_embedding) wpe_ = next++;
-  const int64_t layers = opts_.chunks * opts_.num_layers;
+  if (opts.has_embedding || opts.has_head) ix.wte = next++;
+  if (opts.has_embedding) ix.wpe = next++;
+  const int64_t layers = opts.chunks * opts.num_layers;
   for (int64_t i = 0; i < layers; ++i) {
-    LayerParams lp{};
-    lp.ln1_w = next++;
-    lp.ln1_b = next++;
-    lp.qkv_w = next++;
-    lp.qkv_b = next++;
-    lp.proj_w = next++;
-    lp.proj_b = next++;
-    lp.ln2_w = next++;
-    lp.ln2_b = next++;
-    lp.fc1_w = next++;
-    lp.fc1_b = next++;
-    lp.fc2_w = next++;
-    lp.fc2_b = next++;
-    layer_params_.push_back(lp);
+    GptLayerParams lp{};
+    for (int* f : {&lp.ln1_w, &lp.ln1_b, &lp.qkv_w, &lp.qkv_b, &lp.proj_w, &lp.proj_b, &lp.ln2_w,
+                   &lp.ln2_b, &lp.fc1_w, &lp.fc1_b, &lp.fc2_w, &lp.fc2_b}) {
+      *f = next++;
+    }
+    ix.layers.push_back(lp);
   }
-  if (opts_.has_head) {
-    lnf_w_ = next++;
-    lnf_b_ = next++;
+  if (opts.has_head) {
+    ix.lnf_w = next++;
+    ix.lnf_b = next++;
   }
+  return ix;
+}
+
+void GptModel::register_params() {
+  for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size_)) params_.add(std::move(p));
+  const GptParamIndex ix = gpt_param_index(opts_);
+  wte_ = ix.wte;
+  wpe_ = ix.wpe;
+  lnf_w_ = ix.lnf_w;
+  lnf_b_ = ix.lnf_b;
+  layer_params_ = ix.layers;
 }
 
 void GptModel::layout_activations(Arena& arena) {
@@ -319,6 +322,14 @@ double GptModel::take_loss_sum() {
   }
   losses_recorded_ = 0;
   return sum;
+}
+
+void GptModel::take_token_losses(std::vector<float>& out) {
+  if (losses_recorded_ == 0) return;
+  const int64_t n = losses_recorded_ * losses_.numel();
+  backend_.to_host(host_losses_.data(), loss_record_.rows(0, n));
+  out.insert(out.end(), host_losses_.begin(), host_losses_.begin() + n);
+  losses_recorded_ = 0;
 }
 
 void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) {

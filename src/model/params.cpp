@@ -14,19 +14,22 @@ int ParamStore::add(ParamInfo info) {
   return static_cast<int>(params_.size() - 1);
 }
 
-void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multiple) {
+void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multiple,
+                          GradBuffer grads) {
   compute_dtype_ = compute_dtype;
   pad_to(multiple);
   const size_t f32_bytes = static_cast<size_t>(total_) * 4;
   const bool separate_copy = compute_dtype != DType::f32;
   const size_t copy_bytes = separate_copy ? static_cast<size_t>(total_) * dtype_size(compute_dtype) : 0;
   device_ = backend.device().kind();
-  arena_ = backend.device().make_arena(2 * f32_bytes + copy_bytes + 3 * Arena::kAlign, "params");
+  const size_t grad_bytes = grads == GradBuffer::allocated ? f32_bytes : 0;
+  arena_ = backend.device().make_arena(f32_bytes + grad_bytes + copy_bytes + 3 * Arena::kAlign,
+                                       "params");
   master_ = arena_.alloc_bytes(f32_bytes);
-  grads_ = arena_.alloc_bytes(f32_bytes);
+  grads_ = grad_bytes > 0 ? arena_.alloc_bytes(grad_bytes) : nullptr;
   compute_ = separate_copy ? arena_.alloc_bytes(copy_bytes) : master_;
   backend.fill(all_master(), 0.0f);  // padding between tensors stays zero
-  backend.fill(all_grads(), 0.0f);
+  if (grads_) backend.fill(all_grads(), 0.0f);
 }
 
 void ParamStore::initialize(Backend& backend, uint64_t seed) {
@@ -55,10 +58,13 @@ void ParamStore::refresh_compute_copy(Backend& backend) {
   if (compute_ != master_) backend.copy(all_compute(), all_master());
 }
 
-Tensor ParamStore::flat(void* base, DType t) const { return Tensor(base, t, {total_}, device_); }
+Tensor ParamStore::flat(void* base, DType t) const {
+  return base ? Tensor(base, t, {total_}, device_) : Tensor{};
+}
 
 Tensor ParamStore::shaped(void* base, DType t, int i) const {
   const ParamInfo& p = params_[i];
+  if (!base) return Tensor{};
   char* data = static_cast<char*>(base) + p.flat_offset * static_cast<int64_t>(dtype_size(t));
   if (p.slice.shape.size() == 1) return Tensor(data, t, {p.slice.shape[0]}, device_);
   return Tensor(data, t, {p.slice.shape[0], p.slice.shape[1]}, device_);

@@ -112,7 +112,12 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   // The run's one read of the losses. On a GPU the host waits here for the run's kernels and
   // collectives: watched like a blocking collective, so a peer that hangs ends the job.
   const BlockingOp watch("waiting for the GPU's step (losses)", "device");
-  return model_.take_loss_sum();
+  if (!run.token_losses) return model_.take_loss_sum();
+  const size_t first = run.token_losses->size();
+  model_.take_token_losses(*run.token_losses);
+  double sum = 0;
+  for (size_t i = first; i < run.token_losses->size(); ++i) sum += (*run.token_losses)[i];
+  return sum;
 }
 
 }  // namespace jumbo

@@ -103,6 +103,18 @@ class Backend {
   virtual void attention_bwd(Tensor dqkv, Tensor dstats, Tensor dout, Tensor qkv, Tensor out,
                              Tensor stats) = 0;
 
+  // ---- attention over a KV cache (generation) ----
+  // The query rows of one decode or prefill step: qkv [N, H*3*D] (per head q, k, v as above),
+  // rows i32 [N, 2] = (cache slot, position) of each row, caches [slots, H, P, D] in the
+  // compute dtype (P >= every position + 1). First stores each row's k and v at (slot,
+  // position) of k_cache and v_cache, then out[N, H*D] = softmax(q k^T / sqrt(D)) v over
+  // positions 0..position of the row's slot: a prefill passes consecutive positions of one
+  // slot, a decode step one row per sequence, and one step may mix both (continuous
+  // batching). Rows of one slot have distinct positions; positions below a row's own that no
+  // row of this step writes must have been written by earlier steps.
+  virtual void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+                                  Tensor rows) = 0;
+
   // ---- elementwise ----
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b

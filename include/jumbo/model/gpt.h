@@ -58,6 +58,17 @@ KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions&
 std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
                                         int64_t tp_rank, int64_t tp_size);
 
+// Where each parameter of a stage sits in gpt_stage_params' order (the ParamStore index),
+// for the training model and the decoder alike.
+struct GptLayerParams {
+  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+struct GptParamIndex {
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // -1: not on this stage
+  std::vector<GptLayerParams> layers;                // this stage's layers, chunk after chunk
+};
+GptParamIndex gpt_param_index(const GptOptions& opts);
+
 class GptModel {
  public:
   GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp);
@@ -79,6 +90,9 @@ class GptModel {
   // The sum of the per-token losses recorded since the last call, added in microbatch and
   // token order (one host read); 0 on stages without the head.
   double take_loss_sum();
+  // The same losses one by one, appended to `out` in microbatch and token order (evaluation
+  // scores some tokens of a window, not all).
+  void take_token_losses(std::vector<float>& out);
   // Backward of slot's microbatch. The last stage weights each token's loss by loss_scale;
   // other stages read d(output) from grad_output(). Leaves d(input) in grad_input(slot) on
   // stages without the embedding. Weight gradients accumulate into params().all_grads().
@@ -107,14 +121,15 @@ class GptModel {
   Tensor embedding_grad() { return wte_ >= 0 ? params_.grad(wte_) : Tensor{}; }
 
   size_t activation_bytes() const { return acts_arena_.used(); }
+  // The last stage's logits of its last forward, [micro_batch x seq, vocab slice] in the
+  // compute dtype, padded columns -inf (kept until the next backward overwrites them).
+  Tensor logits() { return logits_; }
   Backend& backend() { return backend_; }
   int64_t padded_vocab() const { return vocab_padded_; }
   const GptOptions& options() const { return opts_; }
 
  private:
-  struct LayerParams {
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
+  using LayerParams = GptLayerParams;
   struct LayerActs {
     // ln1, ln2 and the residuals are this rank's part of the sequence; ln1_full and ln2_full
     // the gathered inputs of the column-parallel layers (the same tensors without SP).

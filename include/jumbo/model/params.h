@@ -15,6 +15,10 @@ namespace jumbo {
 
 enum class InitKind { normal, ones, zeros };
 
+// Whether a ParamStore holds gradients: training does, inference (evaluation, generation,
+// serving) holds only the weights.
+enum class GradBuffer { allocated, none };
+
 struct ParamInfo {
   std::string name;      // e.g. "layers.3.attn.qkv.weight"
   Slice slice;           // global shape and the part this rank holds
@@ -37,8 +41,10 @@ class ParamStore {
   // Registers a parameter (before allocate); returns its index.
   int add(ParamInfo info);
   // Allocates the flat buffers, their length padded to a multiple of `multiple` (data-parallel
-  // shards divide it); compute dtype f32 aliases the master weights.
-  void allocate(Backend& backend, DType compute_dtype, int64_t multiple = 1);
+  // shards divide it); compute dtype f32 aliases the master weights. Without gradients,
+  // grad() and all_grads() are empty tensors.
+  void allocate(Backend& backend, DType compute_dtype, int64_t multiple = 1,
+                GradBuffer grads = GradBuffer::allocated);
   // Pads the flat length to a multiple of `multiple` without allocating (layout only).
   void pad_to(int64_t multiple) { total_ = (total_ + multiple - 1) / multiple * multiple; }
   // Initialises every master weight from (seed, name, global index) and refreshes the copy.

@@ -77,6 +77,10 @@ class CpuBackend final : public Backend {
   void attention_fwd(Tensor out, Tensor probs, Tensor qkv) override {
     cpu::attention_fwd(out, probs, qkv);
   }
+  void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+                          Tensor rows) override {
+    cpu::attention_kv_cache(out, qkv, k_cache, v_cache, rows);
+  }
   void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor /*out*/,
                      Tensor probs) override {
     cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs);

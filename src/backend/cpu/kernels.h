@@ -56,6 +56,7 @@ void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 
 void attention_fwd(Tensor out, Tensor probs, Tensor qkv);
 void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs);
+void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor rows);
 
 void ce_local_max(Tensor max, Tensor logits);
 void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max);

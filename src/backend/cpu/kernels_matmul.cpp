@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels.h"
+#include "simd_math.h"
 
 namespace jumbo::cpu {
 
@@ -25,12 +26,47 @@ const float* as_f32(Scratch& s, int slot, Tensor t) {
   return dst;
 }
 
+// Decode steps multiply a few rows by every weight: memory-bound, where sgemm would pack the
+// whole weight matrix (and, in bf16, widen it) on every call. Here each weight row is read
+// once, in its own dtype, and dotted with every input row (held in cache as f32).
+constexpr int64_t kFewRows = 16;
+
+template <class W, class O>
+void few_rows_linear(O* out, const float* in, const W* w, const float* bias, int64_t n,
+                     int64_t o, int64_t k) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < o; ++j) {
+    const W* row = w + j * k;
+    float acc[kFewRows];
+    for (int64_t r = 0; r < n; ++r) {
+      const float* x = in + r * k;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < k; ++i) dot += x[i] * load(row, i);
+      acc[r] = dot;
+    }
+    const float b = bias ? bias[j] : 0.0f;
+    for (int64_t r = 0; r < n; ++r) store(out + r * o, j, acc[r] + b);
+  }
+}
+
 }  // namespace
 
 void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias) {
   const int64_t o = w.dim(0), k = w.dim(1);
   const int64_t n = in.numel() / k;
   expect(in.numel() == n * k && out.numel() == n * o, "linear_fwd: shapes");
+  if (n <= kFewRows) {
+    expect(bias.empty() || bias.numel() == o, "linear_fwd: bias shape");
+    const float* pin = as_f32(s, 0, in);
+    const float* pb = bias.empty() ? nullptr : as_f32(s, 3, bias);
+    dispatch_float(w.dtype, [&](auto wt) {
+      dispatch_float(out.dtype, [&](auto ot) {
+        few_rows_linear(out.as<decltype(ot)>(), pin, w.as<decltype(wt)>(), pb, n, o, k);
+      });
+    });
+    return;
+  }
   const float* pin = as_f32(s, 0, in);
   const float* pw = as_f32(s, 1, w);
   float* pout = out.dtype == DType::f32 ? out.as<float>() : s.get(2, out.numel());

@@ -199,6 +199,10 @@ class CudaBackend final : public Backend {
                      Tensor lse) override {
     cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse);
   }
+  void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
+                          Tensor rows) override {
+    cuda::attention_kv_cache(s(), out, qkv, k_cache, v_cache, rows);
+  }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }
   void add(Tensor out, Tensor a, Tensor b) override { cuda::add(s(), out, a, b); }
 

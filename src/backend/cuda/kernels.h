@@ -110,4 +110,13 @@ void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor 
                          Tensor out, Tensor lse);
 bool flash_attention_supports(int64_t head_dim);
 
+// ---- attention_cache.cu: attention over a KV cache (generation) ----
+// backend.h's attention_kv_cache: k, v of each row stored at (slot, position) of the caches
+// [slots, H, P, D], then out[N, H*D] over positions 0..position of the row's slot; one block
+// per (row, head), online softmax, deterministic. Any head size 1..256. rows (i32 [N, 2]) is
+// device memory, so it is not checked on the host: a row outside the cache stores nothing and
+// gets NaN output.
+void attention_kv_cache(cudaStream_t stream, Tensor out, Tensor qkv, Tensor k_cache,
+                        Tensor v_cache, Tensor rows);
+
 }  // namespace jumbo::cuda

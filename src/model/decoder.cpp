@@ -1,0 +1,150 @@
+#include "jumbo/model/decoder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace jumbo {
+
+GptDecoder::GptDecoder(const ModelConfig& cfg, const GptOptions& stage, const DecodeShape& shape,
+                       Backend& backend, Comm& tp)
+    : cfg_(cfg), opts_(stage), shape_(shape), backend_(backend), tp_(tp) {
+  if (shape_.cache_positions <= 0) shape_.cache_positions = cfg_.context;
+  if (opts_.num_layers < 0) opts_.num_layers = cfg_.layers - opts_.first_layer;
+  if (opts_.chunks != 1 || shape_.max_rows < 1 || shape_.max_sampled < 1 ||
+      shape_.max_sampled > shape_.max_rows || shape_.cache_slots < 1 ||
+      shape_.cache_positions > cfg_.context) {
+    throw std::logic_error("GptDecoder: one model chunk and a positive shape within the context");
+  }
+  opts_.sequence_parallel = false;
+  tp_rank_ = tp.rank();
+  const int64_t tp_size = tp.size();
+  heads_local_ = cfg_.heads / tp_size;
+  ffn_local_ = cfg_.ffn_dim() / tp_size;
+  vocab_local_ = cfg_.padded_vocab(tp_size) / tp_size;
+  vocab_start_ = tp_rank_ * vocab_local_;
+  vocab_valid_ = std::clamp<int64_t>(cfg_.vocab - vocab_start_, 0, vocab_local_);
+  for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size)) params_.add(std::move(p));
+  ix_ = gpt_param_index(opts_);
+  params_.allocate(backend_, opts_.compute_dtype, 1, GradBuffer::none);
+
+  const int64_t d = cfg_.head_dim();
+  const size_t per_cache = static_cast<size_t>(shape_.cache_slots * heads_local_ *
+                                               shape_.cache_positions * d) *
+                           dtype_size(opts_.compute_dtype);
+  cache_arena_ = backend_.device().make_arena(
+      2 * static_cast<size_t>(opts_.num_layers) * (per_cache + Arena::kAlign) + Arena::kAlign,
+      "kv cache");
+  for (int64_t l = 0; l < opts_.num_layers; ++l) {
+    for (std::vector<Tensor>* c : {&k_cache_, &v_cache_}) {
+      c->push_back(cache_arena_.alloc(opts_.compute_dtype, {shape_.cache_slots, heads_local_,
+                                                            shape_.cache_positions, d}));
+    }
+  }
+  Arena counting;
+  layout_step(counting);
+  step_arena_ = backend_.device().make_arena(counting.used(), "decode step");
+  layout_step(step_arena_);
+  host_tokens_.resize(static_cast<size_t>(shape_.max_rows));
+  host_positions_.resize(static_cast<size_t>(shape_.max_rows));
+  host_rows_.resize(static_cast<size_t>(2 * shape_.max_rows));
+}
+
+void GptDecoder::layout_step(Arena& arena) {
+  const DType t = opts_.compute_dtype, f32 = DType::f32, i32 = DType::i32;
+  const int64_t r = shape_.max_rows, s = shape_.max_sampled, c = cfg_.d_model;
+  const int64_t c_local = c / tp_.size();
+  tokens_ = arena.alloc(i32, {r});
+  positions_ = arena.alloc(i32, {r});
+  rows_ = arena.alloc(i32, {r, 2});
+  x_ = arena.alloc(t, {r, c});
+  pos_emb_ = opts_.has_embedding ? arena.alloc(t, {r, c}) : Tensor{};
+  ln_ = arena.alloc(t, {r, c});
+  mean_ = arena.alloc(f32, {r});
+  rstd_ = arena.alloc(f32, {r});
+  qkv_ = arena.alloc(t, {r, 3 * c_local});
+  atty_ = arena.alloc(t, {r, c_local});
+  proj_ = arena.alloc(t, {r, c});
+  fch_ = arena.alloc(t, {r, ffn_local_});
+  fch_gelu_ = arena.alloc(t, {r, ffn_local_});
+  if (opts_.has_head) {
+    picked_ = arena.alloc(t, {s, c});
+    lnf_ = arena.alloc(t, {s, c});
+    lnf_mean_ = arena.alloc(f32, {s});
+    lnf_rstd_ = arena.alloc(f32, {s});
+    logits_ = arena.alloc(t, {s, vocab_local_});
+    logits_f32_ = t == f32 ? logits_ : arena.alloc(f32, {s, vocab_local_});
+  }
+}
+
+void GptDecoder::block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n) {
+  auto W = [&](int i) { return params_.weight(i); };
+  // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
+  const bool bias_here = tp_rank_ == 0;
+  Tensor x = x_.rows(0, n), ln = ln_.rows(0, n), proj = proj_.rows(0, n);
+  Tensor mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
+  backend_.layernorm_fwd(ln, mean, rstd, x, W(p.ln1_w), W(p.ln1_b), opts_.layernorm_eps);
+  backend_.linear_fwd(qkv_.rows(0, n), ln, W(p.qkv_w), W(p.qkv_b));
+  backend_.attention_kv_cache(atty_.rows(0, n), qkv_.rows(0, n), k_cache, v_cache,
+                              rows_.rows(0, n));
+  backend_.linear_fwd(proj, atty_.rows(0, n), W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
+  tp_.all_reduce(proj, ReduceOp::sum);
+  backend_.add(x, x, proj);
+  backend_.layernorm_fwd(ln, mean, rstd, x, W(p.ln2_w), W(p.ln2_b), opts_.layernorm_eps);
+  backend_.linear_gelu_fwd(fch_gelu_.rows(0, n), fch_.rows(0, n), ln, W(p.fc1_w), W(p.fc1_b));
+  backend_.linear_fwd(proj, fch_gelu_.rows(0, n), W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
+  tp_.all_reduce(proj, ReduceOp::sum);
+  backend_.add(x, x, proj);
+}
+
+void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_t> sampled) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n < 1 || n > shape_.max_rows || static_cast<int64_t>(sampled.size()) > shape_.max_sampled) {
+    throw std::logic_error(fmt::format("GptDecoder: {} rows, {} sampled (shape {} rows, {} sampled)",
+                                       n, sampled.size(), shape_.max_rows, shape_.max_sampled));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const DecodeRow& r = rows[static_cast<size_t>(i)];
+    if (r.slot < 0 || r.slot >= shape_.cache_slots || r.position < 0 ||
+        r.position >= shape_.cache_positions) {
+      throw std::logic_error(fmt::format("GptDecoder: row {} slot {} position {} outside the cache",
+                                         i, r.slot, r.position));
+    }
+    host_tokens_[static_cast<size_t>(i)] = r.token;
+    host_positions_[static_cast<size_t>(i)] = r.position;
+    host_rows_[static_cast<size_t>(2 * i)] = r.slot;
+    host_rows_[static_cast<size_t>(2 * i + 1)] = r.position;
+  }
+  backend_.from_host(rows_.rows(0, n), host_rows_.data());
+  Tensor x = x_.rows(0, n);
+  if (opts_.has_embedding) {
+    backend_.from_host(tokens_.rows(0, n), host_tokens_.data());
+    backend_.from_host(positions_.rows(0, n), host_positions_.data());
+    // Vocab-parallel embedding (zeros outside this rank's slice, then the all-reduce), then
+    // each row's own position: the position table looked up like a vocabulary.
+    backend_.token_embedding_fwd(x, tokens_.rows(0, n), params_.weight(ix_.wte), vocab_start_);
+    tp_.all_reduce(x, ReduceOp::sum);
+    backend_.token_embedding_fwd(pos_emb_.rows(0, n), positions_.rows(0, n),
+                                 params_.weight(ix_.wpe), 0);
+    backend_.add(x, x, pos_emb_.rows(0, n));
+  }
+  for (size_t l = 0; l < ix_.layers.size(); ++l) block(ix_.layers[l], k_cache_[l], v_cache_[l], n);
+  if (!opts_.has_head || sampled.empty()) return;
+  const int64_t s = static_cast<int64_t>(sampled.size());
+  for (int64_t k = 0; k < s; ++k) {
+    const int32_t row = sampled[static_cast<size_t>(k)];
+    if (row < 0 || row >= n) throw std::logic_error("GptDecoder: sampled row outside the step");
+    backend_.copy(picked_.rows(k, 1), x.rows(row, 1));
+  }
+  backend_.layernorm_fwd(lnf_.rows(0, s), lnf_mean_.rows(0, s), lnf_rstd_.rows(0, s),
+                         picked_.rows(0, s), params_.weight(ix_.lnf_w), params_.weight(ix_.lnf_b),
+                         opts_.layernorm_eps);
+  // Tied head over this rank's vocabulary slice; padding takes no part in sampling.
+  backend_.linear_fwd(logits_.rows(0, s), lnf_.rows(0, s), params_.weight(ix_.wte), Tensor{});
+  if (logits_f32_.data != logits_.data) backend_.copy(logits_f32_.rows(0, s), logits_.rows(0, s));
+  backend_.fill_columns(logits_f32_.rows(0, s), vocab_valid_, -INFINITY);
+}
+
+}  // namespace jumbo
