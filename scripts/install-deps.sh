@@ -11,6 +11,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev python3-h5py python3-botocore
+  libcpp-httplib-dev python3-torch
   libfabric-dev python3-yaml
   slurmctld slurmd slurm-client munge
 )

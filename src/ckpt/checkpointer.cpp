@@ -162,6 +162,7 @@ void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Mani
     for (const Need& n : needs) {
       const PieceData& target = targets[n.target];
       for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
+        if (!target.state[s]) continue;  // not wanted (inference loads the weights only)
         const int64_t c = reader.copy_overlap(n.stored->piece, static_cast<int>(s), target.piece,
                                               target.state[s]);
         if (s == 0) covered[n.target] += c;

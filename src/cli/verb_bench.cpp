@@ -6,6 +6,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/obs/peak.h"
+#include "jumbo/infer/bench_generate.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/device.h"
 #include "verbs.h"
@@ -54,6 +55,42 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       auto backend = make_backend(args->opts.device);
       const TrainBenchResult r = bench_train(m, args->opts, *backend);
       fmt::print("{}\n", describe(r, m, args->opts));
+      return 0;
+    };
+  });
+
+  struct GenArgs {
+    std::string model, precision = "fp32";
+    GenerateBenchOptions opts;
+  };
+  auto gen = std::make_shared<GenArgs>();
+  CLI::App* generate = bench->add_subcommand(
+      "generate", "generation: prefill and decode tokens/s, batch-1 decode against the measured "
+                  "memory bandwidth");
+  generate->add_option("-m,--model", gen->model, "model preset TOML")->required();
+  generate->add_option("--batch", gen->opts.batches, "batch sizes")->capture_default_str();
+  generate->add_option("--prompt", gen->opts.prompt_tokens, "prompt tokens per sequence")
+      ->capture_default_str();
+  generate->add_option("--new-tokens", gen->opts.new_tokens, "tokens generated per sequence")
+      ->capture_default_str();
+  generate->add_option("--repeats", gen->opts.repeats, "timed repeats (median)")->capture_default_str();
+  generate->add_option("--precision", gen->precision, "fp32 or bf16")->capture_default_str();
+  generate->callback([&run, gen] {
+    run = [gen] {
+      if (gen->precision != "fp32" && gen->precision != "bf16") {
+        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", gen->precision));
+      }
+      for (int64_t b : gen->opts.batches) {
+        if (b < 1) throw UserError(fmt::format("--batch {}: expected >= 1", b));
+      }
+      if (gen->opts.prompt_tokens < 1 || gen->opts.new_tokens < 2 || gen->opts.repeats < 1) {
+        throw UserError("bench generate: --prompt >= 1, --new-tokens >= 2, --repeats >= 1");
+      }
+      gen->opts.precision = gen->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      const ModelConfig m = load_model_config(gen->model);
+      auto backend = make_cpu_backend();
+      const GenerateBenchResult r = bench_generate(m, gen->opts, *backend, mpi_world());
+      fmt::print("{}\n", describe(r, m, gen->opts));
       return 0;
     };
   });

@@ -10,6 +10,7 @@
 
 #include "jumbo/ckpt/tools.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/infer/export_hf.h"
 #include "jumbo/train/convert.h"
 #include "verbs.h"
 
@@ -48,37 +49,62 @@ void add_inspect(CLI::App& ckpt, VerbRunner& run) {
 
 void add_export(CLI::App& ckpt, VerbRunner& run) {
   struct Args {
-    std::string path, format, output, dtype = "f32";
+    std::string path, format, output, dtype = "f32", tokenizer;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = ckpt.add_subcommand("export", "write the master weights as one file of full "
-                                                "tensors, for use outside jumbo");
+  CLI::App* cmd = ckpt.add_subcommand("export", "write the master weights of full tensors for "
+                                                "use outside jumbo: one safetensors file, or a "
+                                                "Hugging Face GPT-2 directory");
   cmd->add_option("path", args->path, "checkpoint directory, or a root holding `latest`")
       ->required();
-  cmd->add_option("--format", args->format, "output format: safetensors")->required();
-  cmd->add_option("-o,--output", args->output, "the file to write")->required();
+  cmd->add_option("--format", args->format,
+                  "safetensors (jumbo's names, one file) or hf-gpt2 (a Hugging Face GPT-2 "
+                  "directory: config.json, model.safetensors, tokenizer)")->required();
+  cmd->add_option("-o,--output", args->output,
+                  "the file (safetensors) or directory (hf-gpt2) to write")->required();
   cmd->add_option("--dtype", args->dtype, "f32 or bf16 (rounded to nearest even)")
       ->capture_default_str();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "hf-gpt2: the SentencePiece model to copy (default: the checkpoint's "
+                  "data.tokenizer)");
   cmd->callback([&run, args] {
     run = [args] {
-      if (args->format != "safetensors") {
+      const bool hf = args->format == "hf-gpt2";
+      if (!hf && args->format != "safetensors") {
+        // "the only format is safetensors" stays a prefix: tests/ckpt/tools.sh matches it.
         throw UserError(fmt::format("jumbo ckpt export: --format {}: the only format is "
-                                    "safetensors", args->format));
+                                    "safetensors or hf-gpt2", args->format));
       }
       if (args->dtype != "f32" && args->dtype != "bf16") {
         throw UserError(fmt::format("jumbo ckpt export: --dtype {}: expected f32 or bf16",
                                     args->dtype));
       }
+      if (!hf && !args->tokenizer.empty()) {
+        throw UserError("jumbo ckpt export: --tokenizer: only with --format hf-gpt2 (a "
+                        "safetensors file holds weights only)");
+      }
       const auto t0 = std::chrono::steady_clock::now();
       const ResolvedCheckpoint ckpt = resolve_checkpoint(args->path, s3_from_environment());
+      auto secs = [&t0] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      if (hf) {
+        const HfGpt2Stats s =
+            export_hf_gpt2(ckpt, {args->output, args->dtype, args->tokenizer});
+        fmt::print("wrote {}: Hugging Face GPT-2 (config.json, model.safetensors: {} tensors, "
+                   "{} parameters, {}, {:.1f} MiB; tokenizer.model from {}, EOS id {}), from {} "
+                   "(step {}) in {:.1f} s\n", args->output, s.weights.tensors,
+                   s.weights.parameters, args->dtype,
+                   static_cast<double>(s.weights.bytes) / (1 << 20), s.tokenizer, s.eos_id,
+                   ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step, secs());
+        return 0;
+      }
       const ExportStats s = export_safetensors(*ckpt.storage, ckpt.dir, ckpt.manifest,
                                                args->output, args->dtype);
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       fmt::print("wrote {}: {} tensors, {} parameters, {}, {:.1f} MiB, from {} (step {}) in "
                  "{:.1f} s\n", args->output, s.tensors, s.parameters, args->dtype,
                  static_cast<double>(s.bytes) / (1 << 20), ckpt.storage->url(ckpt.dir),
-                 ckpt.manifest.progress.step, secs);
+                 ckpt.manifest.progress.step, secs());
       return 0;
     };
   });

@@ -18,5 +18,7 @@ void add_ckpt_verb(CLI::App& app, VerbRunner& run);
 void add_plot_verb(CLI::App& app, VerbRunner& run);
 void add_plan_verb(CLI::App& app, VerbRunner& run);
 void add_doctor_verb(CLI::App& app, VerbRunner& run);
+void add_generate_verb(CLI::App& app, VerbRunner& run);
+void add_eval_verb(CLI::App& app, VerbRunner& run);
 
 }  // namespace jumbo::cli

@@ -47,7 +47,8 @@ class BackgroundWorker {
 
 // Loads `targets` from one checkpoint: reads each shard file that overlaps them (whole, to
 // verify its size and CRC-32), copies the overlapping elements, and checks every element of
-// every target was found. Throws UserError naming the file or tensor.
+// every target was found. A null state pointer is not read (inference loads the master
+// weights alone). Throws UserError naming the file or tensor.
 void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Manifest& manifest,
                             const std::vector<PieceData>& targets);
 

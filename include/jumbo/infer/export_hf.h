@@ -1,0 +1,43 @@
+#pragma once
+// `jumbo ckpt export --format hf-gpt2`: a checkpoint as a Hugging Face GPT-2 directory
+// (config.json, model.safetensors, the SentencePiece tokenizer and its configs), loadable by
+// transformers' GPT2LMHeadModel. jumbo's model is GPT-2's architecture (docs/hf-export.md);
+// only names and layouts change, so this knowledge lives here, above the model and the
+// tokenizer, while ckpt/ writes the file without knowing either (ckpt/tools.h,
+// write_safetensors).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jumbo/ckpt/tools.h"
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+struct HfGpt2Options {
+  std::string out_dir;    // -o: a local directory, created if missing
+  std::string dtype = "f32";  // --dtype: f32 or bf16
+  std::string tokenizer;  // --tokenizer: empty = the manifest's data.tokenizer
+};
+
+struct HfGpt2Stats {
+  ExportStats weights;    // model.safetensors
+  std::string tokenizer;  // the SentencePiece model copied to tokenizer.model
+  int32_t eos_id = 0;
+};
+
+// GPT-2's tensors made from jumbo's, in GPT-2's order, without I/O: names
+// (layers.N.attn.qkv -> transformer.h.N.attn.c_attn, ...), Conv1D weights as the transpose of
+// jumbo's [out, in], and c_attn's output columns regrouped from jumbo's per-head q|k|v rows to
+// [q of all heads | k of all heads | v of all heads].
+std::vector<SafetensorsTensor> hf_gpt2_tensors(const ModelConfig& model);
+
+// The row of GPT-2's c_attn output (0 .. 3 d_model) that jumbo's qkv row r becomes.
+std::vector<int64_t> hf_gpt2_qkv_order(int64_t d_model, int64_t heads);
+
+// Writes the directory. Every check that can fail (dtype, the checkpoint's tensors and shapes,
+// the tokenizer) runs before anything is written; the weights stream as in write_safetensors.
+// Throws UserError (one line naming the flag or file).
+HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& opts);
+
+}  // namespace jumbo

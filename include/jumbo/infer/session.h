@@ -1,0 +1,42 @@
+#pragma once
+// InferenceSession: what `jumbo generate`, `jumbo serve` and `jumbo bench generate` share —
+// the checkpoint found on rank 0, the tokenizer, the backend and world of this rank, and the
+// generation engine with its weights loaded, from one set of options (their flags:
+// src/cli/inference_flags.h).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/ckpt/tools.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/data/tokenizer.h"
+#include "jumbo/infer/engine.h"
+
+namespace jumbo {
+
+struct InferenceOptions {
+  std::string checkpoint;  // --checkpoint: a step directory or a root with `latest`
+  std::string tokenizer;   // --tokenizer: default the checkpoint's data.tokenizer
+  int64_t tp = 1, pp = 1;  // --tp, --pp: any layout, whatever the checkpoint was saved in
+  std::string device = "cpu";     // --device: cpu or cuda
+  std::string precision;          // --precision: fp32 or bf16; default the checkpoint's
+  int64_t max_batch = 8;          // --max-batch: sequences decoded together (KV-cache slots)
+  int64_t prefill_chunk = 256;    // --prefill-chunk: prompt tokens a step may add
+};
+
+struct InferenceSession {
+  std::unique_ptr<Backend> backend;
+  std::shared_ptr<Comm> world;
+  ResolvedCheckpoint checkpoint;
+  std::optional<Tokenizer> tokenizer;  // on world rank 0 only (it encodes and decodes)
+  std::unique_ptr<GenerationEngine> engine;
+  std::string model_name;  // the checkpoint's model name and step: "tiny@step_00000010"
+};
+
+// Collective. Throws UserError (one line naming the flag or file) on a bad option, a
+// missing checkpoint or tokenizer, or a tokenizer whose vocabulary is not the model's.
+InferenceSession open_inference_session(const InferenceOptions& opts, const std::string& verb);
+
+}  // namespace jumbo

@@ -1,0 +1,164 @@
+// jumbo eval: score a checkpoint on a prepared dataset (mean loss, perplexity, bits per byte,
+// every token once) and/or a multiple-choice task, in any tp x pp x dp layout under mpirun.
+// Prints a table for people, then one JSON line for scripts (the last line).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "jumbo/infer/cloze.h"
+#include "jumbo/infer/evaluate.h"
+#include "jumbo/train/device.h"
+#include "verbs.h"
+
+namespace jumbo::cli {
+namespace {
+
+struct Args {
+  std::string checkpoint, tokenizer, data, task, per_item, device = "cpu", precision;
+  int64_t tp = 1, pp = 1, micro_batch = 1, stride = 0, windows = -1;
+};
+
+// The UTF-8 bytes each token stands for: a learned piece with "▁" as one space, a byte piece
+// one byte, control and unknown pieces none.
+std::vector<int32_t> piece_bytes(const Tokenizer& tok) {
+  std::vector<int32_t> out(static_cast<size_t>(tok.vocab_size()), 0);
+  const std::string space = "\xe2\x96\x81";
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string p = tok.piece(id);
+    if (tok.is_learned(id)) {
+      int32_t n = 0;
+      for (size_t i = 0; i < p.size(); ++n) {
+        i += p.compare(i, space.size(), space) == 0 ? space.size() : 1;
+      }
+      out[static_cast<size_t>(id)] = n;
+    } else if (p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>') {
+      out[static_cast<size_t>(id)] = 1;
+    }
+  }
+  return out;
+}
+
+void write_per_item(const std::string& path, const ClozeResult& r) {
+  std::ofstream out(path);
+  if (!out) throw UserError(fmt::format("--per-item {}: cannot write the file", path));
+  for (size_t i = 0; i < r.items.size(); ++i) {
+    const ItemScore& s = r.items[i];
+    nlohmann::json conts = nlohmann::json::array();
+    for (const ContinuationScore& c : s.continuations) {
+      conts.push_back({{"context_tokens", c.context_tokens},
+                       {"tokens", c.tokens},
+                       {"loglikelihood", c.loglikelihood}});
+    }
+    out << nlohmann::json{{"index", i}, {"answer", s.answer}, {"predicted", s.predicted},
+                          {"predicted_norm", s.predicted_norm}, {"context_tokens", s.context_tokens},
+                          {"continuations", conts}}.dump()
+        << "\n";
+  }
+}
+
+int run_eval(const Args& a) {
+  if (a.data.empty() && a.task.empty()) {
+    throw UserError("jumbo eval: give --data PREFIX (a prepared dataset) and/or --task FILE.jsonl");
+  }
+  if (a.device != "cpu" && a.device != "cuda") {
+    throw UserError(fmt::format("jumbo eval: --device {}: expected cpu or cuda", a.device));
+  }
+  if (!a.precision.empty() && a.precision != "fp32" && a.precision != "bf16") {
+    throw UserError(fmt::format("jumbo eval: --precision {}: expected fp32 or bf16", a.precision));
+  }
+  std::unique_ptr<Backend> backend = make_backend(a.device == "cuda" ? Device::cuda : Device::cpu);
+  std::shared_ptr<Comm> world = make_world_comm(*backend);
+  const bool leader = world->rank() == 0;
+  const ResolvedCheckpoint ckpt = open_checkpoint(a.checkpoint, S3Options{}, *world);
+  const Manifest& m = ckpt.manifest;
+  std::optional<Tokenizer> tok;
+  std::vector<ClozeItem> items;
+  std::vector<char> table;
+  if (leader) {
+    const std::string path = a.tokenizer.empty() ? m.tokenizer : a.tokenizer;
+    if (path.empty()) throw UserError("jumbo eval: the checkpoint names no tokenizer: pass --tokenizer");
+    tok.emplace(path);
+    const std::vector<int32_t> bytes = piece_bytes(*tok);
+    table.resize(bytes.size() * sizeof(int32_t));
+    std::memcpy(table.data(), bytes.data(), table.size());
+    if (!a.task.empty()) items = read_cloze_task(a.task);
+  }
+  world->broadcast_bytes(table, 0);
+  std::vector<int32_t> bytes(table.size() / sizeof(int32_t));
+  std::memcpy(bytes.data(), table.data(), table.size());
+
+  EvalLayout layout;
+  layout.tp = a.tp;
+  layout.pp = a.pp;
+  layout.micro_batch = a.micro_batch;
+  layout.precision = a.precision.empty() ? m.precision
+                     : a.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  Evaluator ev(m.model, layout, m.model.context, *backend, world);
+  ev.load(ckpt);
+  nlohmann::json out = {{"checkpoint", ckpt.storage->url(ckpt.dir)},
+                        {"step", m.progress.step},
+                        {"layout", fmt::format("tp{}-pp{}-dp{}", a.tp, a.pp, ev.grid().dp_size())}};
+  std::string table_text = fmt::format("checkpoint {} (step {}), {}\n", ckpt.storage->url(ckpt.dir),
+                                       m.progress.step, out["layout"].get<std::string>());
+  if (!a.data.empty()) {
+    const int64_t stride = a.stride > 0 ? a.stride : m.model.context;
+    const DatasetEvalResult r = evaluate_dataset(ev, a.data, stride, a.windows, bytes);
+    out["data"] = {{"prefix", a.data},          {"windows", r.windows},
+                   {"stride", stride},          {"tokens", r.tokens_scored},
+                   {"dataset_tokens", r.dataset_tokens},
+                   {"bytes", r.bytes_scored},   {"loss", r.mean_loss()},
+                   {"perplexity", r.perplexity()}, {"bits_per_byte", r.bits_per_byte()}};
+    table_text += fmt::format(
+        "{:<28} {:>9} {:>11} {:>10} {:>11} {:>13}\n{:<28} {:>9} {:>11} {:>10.6f} {:>11.4f} {:>13.4f}\n",
+        "dataset", "windows", "tokens", "loss", "perplexity", "bits/byte", a.data, r.windows,
+        r.tokens_scored, r.mean_loss(), r.perplexity(), r.bits_per_byte());
+  }
+  if (!a.task.empty()) {
+    const ClozeResult r = evaluate_cloze(ev, tok ? &*tok : nullptr, items);
+    if (leader) {
+      out["task"] = {{"file", a.task},       {"items", r.items.size()},
+                     {"accuracy", r.accuracy}, {"accuracy_norm", r.accuracy_norm},
+                     {"truncated", r.truncated}};
+      table_text += fmt::format("{:<28} {:>9} {:>11} {:>13}\n{:<28} {:>9} {:>11.4f} {:>13.4f}\n",
+                                "task", "items", "acc", "acc_norm", a.task, r.items.size(),
+                                r.accuracy, r.accuracy_norm);
+      if (!a.per_item.empty()) write_per_item(a.per_item, r);
+    }
+  }
+  if (leader) fmt::print("{}{}\n", table_text, out.dump());
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_verb(CLI::App& app, VerbRunner& run) {
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "score a checkpoint: loss, perplexity and bits per byte over a prepared dataset, "
+              "accuracy on a multiple-choice task (any tp x pp x dp layout under mpirun)");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "checkpoint directory, or a root holding `latest` (local or s3://)")->required();
+  cmd->add_option("--data", a->data, "a prepared dataset prefix: every token scored once");
+  cmd->add_option("--stride", a->stride,
+                  "tokens between window starts (default: the context; smaller overlaps windows, "
+                  "each scoring only its new tokens)");
+  cmd->add_option("--windows", a->windows,
+                  "score only the first N windows (N = train.eval_batches x micro_batch "
+                  "reproduces a run's val_loss)");
+  cmd->add_option("--task", a->task,
+                  "multiple-choice JSONL: {\"context\", \"continuations\": [...], \"answer\"}");
+  cmd->add_option("--per-item", a->per_item, "with --task: write each item's log-likelihoods");
+  cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's)");
+  cmd->add_option("--tp", a->tp, "tensor-parallel ranks")->capture_default_str();
+  cmd->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
+  cmd->add_option("--micro-batch", a->micro_batch, "windows per microbatch")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "fp32 or bf16 (default: the checkpoint's)");
+  cmd->callback([&run, a] { run = [a] { return run_eval(*a); }; });
+}
+
+}  // namespace jumbo::cli

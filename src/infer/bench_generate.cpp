@@ -1,0 +1,130 @@
+#include "jumbo/infer/bench_generate.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "jumbo/infer/engine.h"
+#include "jumbo/infer/scheduler.h"
+
+namespace jumbo {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+double measure_copy_bytes_per_s(size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) b[i] = a[i];
+    const double dt = seconds_since(t0);
+    best = std::max(best, 2.0 * static_cast<double>(n * sizeof(float)) / dt);
+    std::swap(a, b);
+  }
+  return best;
+}
+
+GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBenchOptions& o,
+                                   Backend& backend, std::shared_ptr<Comm> world) {
+  if (o.prompt_tokens + o.new_tokens > model.context) {
+    throw UserError(fmt::format("bench generate: --prompt {} + --new-tokens {} exceed the "
+                                "context of {}", o.prompt_tokens, o.new_tokens, model.context));
+  }
+  const int64_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  EngineOptions e;
+  e.precision = o.precision;
+  e.shape.cache_slots = max_batch;
+  e.shape.max_sampled = max_batch;
+  e.shape.max_rows = std::max(o.prompt_tokens, max_batch);
+  GenerationEngine engine(model, e, backend, world);
+  engine.decoder().params().initialize(backend, 1234);
+
+  GenerateBenchResult r;
+  r.weight_bytes = static_cast<double>(engine.decoder().params().all_compute().bytes());
+  for (int64_t batch : o.batches) {
+    std::vector<double> prefill, decode;
+    for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is a warm-up
+      Scheduler s(engine, -1);
+      const auto t0 = std::chrono::steady_clock::now();
+      double first_token_at = 0;
+      int64_t tokens = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        GenerationRequest q;
+        for (int64_t t = 0; t < o.prompt_tokens; ++t) {
+          q.prompt.push_back(static_cast<int32_t>((b * 7919 + t * 104729) % model.vocab));
+        }
+        q.max_new_tokens = o.new_tokens;
+        q.stop_at_eos = false;
+        s.submit(q, [&](const TokenEvent& ev) {
+          if (ev.index == 0 && ++tokens == batch) first_token_at = seconds_since(t0);
+          return true;
+        });
+      }
+      while (!s.idle()) s.step();
+      const double total = seconds_since(t0);
+      if (rep == 0) continue;
+      // Prefill: until every sequence has its first token (one prompt chunk per step);
+      // decode: the remaining new_tokens - 1 steps of the whole batch.
+      prefill.push_back(static_cast<double>(batch * o.prompt_tokens) / first_token_at);
+      decode.push_back((total - first_token_at) / static_cast<double>(o.new_tokens - 1));
+    }
+    GenerateBenchRow row;
+    row.batch = batch;
+    row.prefill_tokens_per_s = median(prefill);
+    row.decode_step_s = median(decode);
+    row.decode_tokens_per_s = static_cast<double>(batch) / row.decode_step_s;
+    r.rows.push_back(row);
+  }
+  r.copy_bytes_per_s = measure_copy_bytes_per_s(size_t{512} << 20);
+  for (const GenerateBenchRow& row : r.rows) {
+    if (row.batch == 1) r.batch1_bandwidth_fraction = r.weight_bytes / row.decode_step_s / r.copy_bytes_per_s;
+  }
+  return r;
+}
+
+std::string describe(const GenerateBenchResult& r, const ModelConfig& model,
+                     const GenerateBenchOptions& o) {
+  std::string out = fmt::format(
+      "bench generate: {} ({} weight bytes, {}), prompt {} tokens, {} new tokens, {} threads\n"
+      "{:>6} {:>16} {:>16} {:>14}\n",
+      model.name, static_cast<int64_t>(r.weight_bytes), to_string(o.precision), o.prompt_tokens,
+      o.new_tokens, omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const GenerateBenchRow& row : r.rows) {
+    out += fmt::format("{:>6} {:>16.1f} {:>16.1f} {:>11.2f} ms\n", row.batch,
+                       row.prefill_tokens_per_s, row.decode_tokens_per_s, 1e3 * row.decode_step_s);
+    rows.push_back({{"batch", row.batch},
+                    {"prefill_tokens_per_s", row.prefill_tokens_per_s},
+                    {"decode_tokens_per_s", row.decode_tokens_per_s}});
+  }
+  out += fmt::format("memory: copy {:.2f} GB/s (read + write, measured now); batch-1 decode reads "
+                     "the weights at {:.2f} GB/s = {:.0f}% of it\n",
+                     r.copy_bytes_per_s / 1e9, r.batch1_bandwidth_fraction * r.copy_bytes_per_s / 1e9,
+                     100 * r.batch1_bandwidth_fraction);
+  out += nlohmann::json{{"model", model.name},
+                        {"precision", to_string(o.precision)},
+                        {"weight_bytes", r.weight_bytes},
+                        {"copy_bytes_per_s", r.copy_bytes_per_s},
+                        {"batch1_bandwidth_fraction", r.batch1_bandwidth_fraction},
+                        {"rows", rows}}
+             .dump();
+  return out;
+}
+
+}  // namespace jumbo

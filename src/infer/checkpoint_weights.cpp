@@ -1,0 +1,71 @@
+#include "jumbo/infer/checkpoint_weights.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "jumbo/ckpt/checkpointer.h"
+#include "jumbo/train/checkpoint_io.h"
+
+namespace jumbo {
+
+ResolvedCheckpoint open_checkpoint(const std::string& path, const S3Options& s3, Comm& world) {
+  // Rank 0's answer: "ok\n<step directory url>\n<manifest>" or "error\n<message>".
+  std::string message;
+  ResolvedCheckpoint out;
+  if (world.rank() == 0) {
+    try {
+      out = resolve_checkpoint(path, s3);
+      message = "ok\n" + out.storage->url(out.dir) + "\n" + manifest_to_json(out.manifest);
+    } catch (const UserError& e) {
+      message = std::string("error\n") + e.what();
+    }
+  }
+  std::vector<char> bytes(message.begin(), message.end());
+  world.broadcast_bytes(bytes, 0);
+  const std::string text(bytes.begin(), bytes.end());
+  const size_t first = text.find('\n');
+  if (text.compare(0, first, "ok") != 0) throw UserError(text.substr(first + 1));
+  if (world.rank() == 0) return out;
+  const size_t second = text.find('\n', first + 1);
+  const std::string dir_url = text.substr(first + 1, second - first - 1);
+  const StoragePath where = split_storage_path(dir_url);
+  out.storage = open_storage(where.parent, s3);
+  out.dir = where.name;
+  out.manifest = parse_manifest(text.substr(second + 1), dir_url + "/manifest.json");
+  return out;
+}
+
+void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp) {
+  if (dp.rank() == 0) {
+    // One range per parameter: the whole slice this rank holds.
+    std::vector<OptimRange> ranges;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params.info(static_cast<int>(i));
+      ranges.push_back({p.flat_offset, 0, p.numel(), static_cast<int>(i)});
+    }
+    Tensor master = params.all_master();
+    std::vector<float> staged;  // device weights go through a host copy
+    float* host = master.device == Device::cpu ? master.as<float>() : nullptr;
+    if (!host) {
+      staged.assign(static_cast<size_t>(master.numel()), 0.0f);
+      host = staged.data();
+    }
+    std::vector<PieceData> pieces;
+    for (const StatePiece& sp : state_pieces(params, ranges, StateUse::load)) {
+      PieceData pd;
+      pd.piece = sp.piece;
+      pd.state = {host + sp.flat, nullptr, nullptr};  // the weights, not Adam's moments
+      pieces.push_back(std::move(pd));
+    }
+    load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
+    if (!staged.empty()) {
+      backend.from_host(master, staged.data());
+      backend.stream().synchronize();
+    }
+  }
+  if (dp.size() > 1) dp.broadcast(params.all_master(), 0);
+  params.refresh_compute_copy(backend);
+}
+
+}  // namespace jumbo

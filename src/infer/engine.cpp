@@ -1,0 +1,208 @@
+#include "jumbo/infer/engine.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "jumbo/parallel/stage_plan.h"
+
+namespace jumbo {
+namespace {
+
+// The step as bytes (plain records; every rank runs the same binary).
+struct WireSampled {
+  int32_t row;
+  int32_t pad;
+  double temperature, top_p;
+  int64_t top_k, logprobs, index;
+  uint64_t seed, stream;
+};
+
+template <class T>
+void put(std::vector<char>& out, const T& v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+template <class T>
+T get(const std::vector<char>& in, size_t& at) {
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+std::vector<char> encode_step(const EngineStep& s, bool stop) {
+  std::vector<char> out;
+  put<int64_t>(out, stop ? -1 : static_cast<int64_t>(s.rows.size()));
+  put<int64_t>(out, static_cast<int64_t>(s.sampled.size()));
+  for (const DecodeRow& r : s.rows) put(out, r);
+  for (const SampledRow& r : s.sampled) {
+    put(out, WireSampled{r.row, 0, r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
+                         r.sampling.logprobs, r.index, r.sampling.seed, r.stream});
+  }
+  return out;
+}
+
+// false: a stop.
+bool decode_step(const std::vector<char>& in, EngineStep& s) {
+  size_t at = 0;
+  const int64_t rows = get<int64_t>(in, at), sampled = get<int64_t>(in, at);
+  if (rows < 0) return false;
+  s.rows.resize(static_cast<size_t>(rows));
+  for (DecodeRow& r : s.rows) r = get<DecodeRow>(in, at);
+  s.sampled.resize(static_cast<size_t>(sampled));
+  for (SampledRow& r : s.sampled) {
+    const WireSampled w = get<WireSampled>(in, at);
+    r.row = w.row;
+    r.sampling = {w.temperature, w.top_k, w.top_p, w.seed, w.logprobs};
+    r.stream = w.stream;
+    r.index = w.index;
+  }
+  return true;
+}
+
+std::vector<char> encode_picks(const std::vector<TokenPick>& picks) {
+  std::vector<char> out;
+  put<int64_t>(out, static_cast<int64_t>(picks.size()));
+  for (const TokenPick& p : picks) {
+    put(out, p.token);
+    put(out, p.logprob);
+    put<int64_t>(out, static_cast<int64_t>(p.top.size()));
+    for (const auto& [id, lp] : p.top) {
+      put(out, id);
+      put(out, lp);
+    }
+  }
+  return out;
+}
+
+std::vector<TokenPick> decode_picks(const std::vector<char>& in) {
+  size_t at = 0;
+  std::vector<TokenPick> picks(static_cast<size_t>(get<int64_t>(in, at)));
+  for (TokenPick& p : picks) {
+    p.token = get<int32_t>(in, at);
+    p.logprob = get<float>(in, at);
+    p.top.resize(static_cast<size_t>(get<int64_t>(in, at)));
+    for (auto& [id, lp] : p.top) {
+      id = get<int32_t>(in, at);
+      lp = get<float>(in, at);
+    }
+  }
+  return picks;
+}
+
+Layout engine_layout(const ModelConfig& model, const EngineOptions& opts, int world_size) {
+  Layout layout;
+  layout.tp = opts.tp;
+  layout.pp = opts.pp;
+  validate_layout(layout, model, "generation", LayoutKeys::flags);
+  if (world_size != opts.tp * opts.pp) {
+    throw UserError(fmt::format("generation runs one model replica: {} ranks, but --tp {} x --pp {} "
+                                "= {}; start tp x pp ranks", world_size, opts.tp, opts.pp,
+                                opts.tp * opts.pp));
+  }
+  return layout;
+}
+
+}  // namespace
+
+GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions& opts,
+                                   Backend& backend, std::shared_ptr<Comm> world)
+    : model_(model),
+      opts_(opts),
+      backend_(backend),
+      world_(world),
+      grid_((engine_layout(model, opts, world->size()), world), static_cast<int>(opts.tp),
+            static_cast<int>(opts.pp)) {
+  if (opts_.sampled_vocab <= 0 || opts_.sampled_vocab > model_.vocab) opts_.sampled_vocab = model_.vocab;
+  Layout layout;
+  layout.tp = opts.tp;
+  layout.pp = opts.pp;
+  StepShape shape;
+  shape.precision = opts.precision;
+  const StagePlan plan = plan_stage(model_, layout, shape, grid_.coords());
+  decoder_ = std::make_unique<GptDecoder>(model_, plan.model, opts.shape, backend_, grid_.tp());
+  if (grid_.last_stage()) {
+    const int64_t s = decoder_->shape().max_sampled, vl = decoder_->vocab_local();
+    gather_arena_ = backend_.device().make_arena(
+        static_cast<size_t>(grid_.tp_size() * s * vl) * 4 + Arena::kAlign, "sampled logits");
+    gathered_ = gather_arena_.alloc(DType::f32, {grid_.tp_size() * s * vl});
+    host_logits_.resize(static_cast<size_t>(gathered_.numel()));
+    row_logits_.resize(static_cast<size_t>(opts_.sampled_vocab));
+  }
+}
+
+void GenerationEngine::load(const ResolvedCheckpoint& ckpt) {
+  load_weights(ckpt, decoder_->params(), backend_, grid_.dp());
+}
+
+std::vector<TokenPick> GenerationEngine::step(const EngineStep& step) {
+  std::vector<char> bytes = leader() ? encode_step(step, false) : std::vector<char>{};
+  world_->broadcast_bytes(bytes, 0);
+  if (leader()) return run(step);
+  EngineStep received;
+  decode_step(bytes, received);
+  return run(received);
+}
+
+void GenerationEngine::stop_followers() {
+  std::vector<char> bytes = encode_step({}, true);
+  world_->broadcast_bytes(bytes, 0);
+}
+
+bool GenerationEngine::receive_step(EngineStep& step) {
+  std::vector<char> bytes;
+  world_->broadcast_bytes(bytes, 0);
+  return decode_step(bytes, step);
+}
+
+void GenerationEngine::follow() {
+  EngineStep step;
+  while (receive_step(step)) run(step);
+}
+
+std::vector<TokenPick> GenerationEngine::run(const EngineStep& step) {
+  const int64_t n = static_cast<int64_t>(step.rows.size());
+  Comm& pp = grid_.pp();
+  if (!grid_.first_stage()) {
+    CommRequest r = pp.irecv(decoder_->input(n), grid_.pp_rank() - 1, 0);
+    pp.wait(r);
+  }
+  sampled_rows_.clear();
+  for (const SampledRow& s : step.sampled) sampled_rows_.push_back(s.row);
+  decoder_->forward(step.rows, sampled_rows_);
+  if (!grid_.last_stage()) {
+    CommRequest r = pp.isend(decoder_->output(n), grid_.pp_rank() + 1, 0);
+    pp.wait(r);
+  }
+  std::vector<char> bytes;
+  const int root = grid_.world_rank_of(0, 0, grid_.pp_size() - 1);
+  if (world_->rank() == root) bytes = encode_picks({});  // no sampled rows
+  if (grid_.last_stage() && !step.sampled.empty()) {
+    const int64_t s = static_cast<int64_t>(step.sampled.size()), vl = decoder_->vocab_local();
+    const int tp = grid_.tp_size();
+    Tensor mine = decoder_->logits(s).view({s * vl});
+    Tensor all = gathered_.rows(0, tp * s * vl);
+    grid_.tp().all_gather(mine, all);  // [tp, s, vocab slice]
+    if (grid_.tp_rank() == 0) {
+      backend_.to_host(host_logits_.data(), all);
+      std::vector<TokenPick> picks;
+      for (int64_t k = 0; k < s; ++k) {
+        // The row's real vocabulary in id order: slice r holds ids [r vl, (r + 1) vl).
+        for (int64_t id = 0; id < opts_.sampled_vocab; ++id) {
+          const int64_t r = id / vl, c = id % vl;
+          row_logits_[static_cast<size_t>(id)] =
+              host_logits_[static_cast<size_t>((r * s + k) * vl + c)];
+        }
+        const SampledRow& sr = step.sampled[static_cast<size_t>(k)];
+        picks.push_back(pick_token(row_logits_, sr.sampling, sr.stream, sr.index));
+      }
+      bytes = encode_picks(picks);
+    }
+  }
+  world_->broadcast_bytes(bytes, root);
+  return decode_picks(bytes);
+}
+
+}  // namespace jumbo

@@ -1,0 +1,109 @@
+#include "jumbo/infer/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace jumbo {
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t sampling_stream(const std::vector<int32_t>& prompt, int64_t choice) {
+  uint64_t h = mix(static_cast<uint64_t>(prompt.size()));
+  for (int32_t t : prompt) h = mix(h ^ static_cast<uint32_t>(t));
+  return mix(h ^ static_cast<uint64_t>(choice));
+}
+
+double uniform_of(uint64_t seed, uint64_t stream, int64_t index) {
+  const uint64_t h = mix(mix(mix(seed) ^ stream) ^ static_cast<uint64_t>(index));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+TokenPick pick_token(std::span<const float> logits, const SamplingParams& params,
+                     uint64_t stream, int64_t index) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  // The model's distribution (for logprobs), in double.
+  double mx = -INFINITY;
+  int32_t best = 0;
+  for (int64_t i = 0; i < v; ++i) {
+    if (logits[i] > mx) {
+      mx = logits[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < v; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double log_z = mx + std::log(sum);
+  auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_z); };
+
+  TokenPick pick;
+  if (params.temperature <= 0) {
+    pick.token = best;
+  } else {
+    // Candidates: every token, or the top_k / top_p set in probability order (ties: lower id).
+    const double inv_t = 1.0 / params.temperature;
+    std::vector<int32_t> ids;
+    const bool filtered = (params.top_k > 0 && params.top_k < v) || params.top_p < 1;
+    if (filtered) {
+      ids.resize(static_cast<size_t>(v));
+      std::iota(ids.begin(), ids.end(), 0);
+      auto more_likely = [&](int32_t a, int32_t b) {
+        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+      };
+      const int64_t k = params.top_k > 0 ? std::min(params.top_k, v) : v;
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), more_likely);
+      ids.resize(static_cast<size_t>(k));
+    }
+    auto weight = [&](int32_t id) { return std::exp((static_cast<double>(logits[id]) - mx) * inv_t); };
+    if (filtered && params.top_p < 1) {
+      double total = 0;
+      for (int32_t id : ids) total += weight(id);
+      double kept = 0;
+      size_t n = 0;
+      while (n < ids.size()) {
+        kept += weight(ids[n++]) / total;
+        if (kept >= params.top_p) break;
+      }
+      ids.resize(n);
+    }
+    double total = 0;
+    if (filtered) {
+      for (int32_t id : ids) total += weight(id);
+    } else {
+      for (int64_t i = 0; i < v; ++i) total += weight(static_cast<int32_t>(i));
+    }
+    const double target = uniform_of(params.seed, stream, index) * total;
+    double acc = 0;
+    pick.token = filtered ? ids.back() : static_cast<int32_t>(v - 1);
+    const int64_t count = filtered ? static_cast<int64_t>(ids.size()) : v;
+    for (int64_t j = 0; j < count; ++j) {
+      const int32_t id = filtered ? ids[static_cast<size_t>(j)] : static_cast<int32_t>(j);
+      acc += weight(id);
+      if (acc > target) {
+        pick.token = id;
+        break;
+      }
+    }
+  }
+  pick.logprob = logprob(pick.token);
+  if (params.logprobs > 0) {
+    const int64_t k = std::min<int64_t>(params.logprobs, v);
+    std::vector<int32_t> ids(static_cast<size_t>(v));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (int64_t j = 0; j < k; ++j) pick.top.emplace_back(ids[j], logprob(ids[j]));
+  }
+  return pick;
+}
+
+}  // namespace jumbo
