@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   jumbo::cli::add_doctor_verb(app, run);
   jumbo::cli::add_generate_verb(app, run);
   jumbo::cli::add_eval_verb(app, run);
+  jumbo::cli::add_serve_verb(app, run);
   int code = 0;
   bool failed = false;  // an exception on this rank: the others may be waiting for it
   try {

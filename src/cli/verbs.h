@@ -20,5 +20,6 @@ void add_plan_verb(CLI::App& app, VerbRunner& run);
 void add_doctor_verb(CLI::App& app, VerbRunner& run);
 void add_generate_verb(CLI::App& app, VerbRunner& run);
 void add_eval_verb(CLI::App& app, VerbRunner& run);
+void add_serve_verb(CLI::App& app, VerbRunner& run);
 
 }  // namespace jumbo::cli

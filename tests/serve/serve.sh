@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# `jumbo serve` on a real checkpoint of the tiny model, driven by a stdlib Python client
+# (client.py): 16 concurrent clients (half streaming, greedy and sampled, a stop string) get
+# exactly the text `jumbo generate --json` prints for the same prompt, seed, temperature and
+# length; a stream closed after its first chunk is cancelled and the server goes on; bad
+# requests get 400 naming the field; /v1/models; a full queue gets 429; SIGTERM exits 0;
+# under mpirun -np 2 --tp 2 the same request gives the one-rank text. Usage: serve.sh JUMBO REPO
+set -uo pipefail
+jumbo=$1
+repo=$2
+tmp=$(mktemp -d)
+server_pid=
+stop_server_now() {
+  if [[ -n $server_pid ]]; then
+    kill -TERM "$server_pid" 2>/dev/null
+    wait "$server_pid" 2>/dev/null
+    server_pid=
+  fi
+}
+trap 'stop_server_now; rm -rf "$tmp"' EXIT
+cd "$repo"
+source tests/support/small_run.sh
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+make_small_data "$jumbo" "$tmp" || exit 1
+# A context of 512: room for a long stream in the disconnect check.
+train_small "$jumbo" 1 "$tmp" --set model.vocab=500 --set model.context=512 \
+  --set train.global_batch=4 --set train.steps=20 --set checkpoint.every=20 \
+  --set "checkpoint.dir=$tmp/ck" --set log.every=100 >"$tmp/train.log" 2>&1 ||
+  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+model=tiny@step_00000020
+
+# ---- the expectations: `jumbo generate --json`, one run per (seed, temperature, length) --
+prompts=("The jury said" "In the" "He was a" "It is not")
+for p in "${prompts[@]}"; do printf '{"prompt": "%s"}\n' "$p"; done >"$tmp/prompts.jsonl"
+groups=("1 0 24 -" "7 0.8 24 -" "11 0.8 40 -" "3 0.8 32 e")  # seed temperature tokens stop
+for g in "${!groups[@]}"; do
+  read -r seed temp tokens stop <<<"${groups[$g]}"
+  stop_flag=()
+  [[ $stop != - ]] && stop_flag=(--stop "$stop")
+  "$jumbo" generate --checkpoint "$tmp/ck" --prompts "$tmp/prompts.jsonl" --json --seed "$seed" \
+    --temperature "$temp" --max-new-tokens "$tokens" "${stop_flag[@]}" >"$tmp/gen_$g.jsonl" \
+    2>"$tmp/gen_$g.err" || { cat "$tmp/gen_$g.err"; fail "jumbo generate, group $g"; }
+done
+python3 - "$tmp" "${groups[@]}" <<'EOF' || fail "building the cases"
+import json, sys
+tmp, groups = sys.argv[1], sys.argv[2:]
+cases = []
+for g, spec in enumerate(groups):
+    seed, temp, tokens, stop = spec.split()
+    for i, line in enumerate(open(f"{tmp}/gen_{g}.jsonl")):
+        out = json.loads(line)
+        cases.append({"prompt": out["prompt"], "seed": int(seed), "temperature": float(temp),
+                      "max_tokens": int(tokens), "stop": None if stop == "-" else [stop],
+                      "stream": (i + g) % 2 == 1, "text": out["text"], "tokens": out["tokens"],
+                      "finish_reason": out["finish_reason"]})
+json.dump(cases, open(f"{tmp}/cases.json", "w"), indent=1)
+print(f"{len(cases)} cases, {sum(c['finish_reason'] == 'stop' for c in cases)} ending in stop")
+if not any(c["finish_reason"] == "stop" and c["stop"] for c in cases):
+    sys.exit("no case ends at its stop string: the stop path is not exercised")
+EOF
+
+# start_server NAME COMMAND...: in the background; sets server_pid and port from its
+# "listening on http://HOST:PORT" line.
+start_server() {
+  local name=$1
+  shift
+  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  server_pid=$!
+  port=
+  for _ in $(seq 600); do
+    port=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$tmp/$name.out" | grep -oE '[0-9]+$')
+    [[ -n $port ]] && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$tmp/$name.out" "$tmp/$name.err"
+  fail "$name: no listening line"
+  server_pid=
+  return 1
+}
+# stop_server NAME SIGNAL: it must exit 0 having said it stopped. mpirun forwards SIGUSR1
+# to the ranks; a SIGTERM to mpirun reaches them too, but mpirun then exits 1 whatever they do.
+stop_server() {
+  kill "-$2" "$server_pid"
+  wait "$server_pid"
+  local status=$?
+  server_pid=
+  [[ $status -eq 0 ]] || { cat "$tmp/$1.err"; fail "$1: exited $status after SIGTERM, expected 0"; }
+  grep -q "^jumbo serve: stopped after" "$tmp/$1.out" || fail "$1: no 'stopped' line"
+}
+client() { python3 tests/serve/client.py "$port" "$model" "$@" || fail "client $*"; }
+
+# ---- one rank ---------------------------------------------------------------------------
+if start_server one "$jumbo" serve --checkpoint "$tmp/ck" --port 0; then
+  client concurrent "$tmp/cases.json"
+  client disconnect "$tmp/cases.json"
+  client errors "$tmp/cases.json"
+  client models
+  stop_server one TERM
+fi
+
+# ---- a full queue: one sequence at a time, one request waiting --------------------------
+if start_server queue "$jumbo" serve --checkpoint "$tmp/ck" --port 0 --max-batch 1 --max-queue 1; then
+  client queue_full
+  stop_server queue INT
+fi
+
+# ---- tp 2 under mpirun: the same texts as one rank ---------------------------------------
+python3 -c 'import json, sys
+cases = json.load(open(sys.argv[1]))
+plain = [c for c in cases if not c["stop"]]
+json.dump([next(c for c in plain if c["temperature"] == 0),
+           next(c for c in plain if c["temperature"] > 0)], open(sys.argv[2], "w"))' \
+  "$tmp/cases.json" "$tmp/cases_tp.json"
+if start_server tp2 mpirun -np 2 "$jumbo" serve --checkpoint "$tmp/ck" --port 0 --tp 2; then
+  client concurrent "$tmp/cases_tp.json"
+  stop_server tp2 USR1
+fi
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "serve: all checks passed"
