@@ -12,18 +12,12 @@
 #include <stdexcept>
 
 #include "jumbo/config/config.h"
+#include "jumbo/config/hashing.h"
 
 namespace jumbo {
 namespace {
 
 constexpr int kRounds = 6;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Permutation of [0, 2^(2 * half_bits)) keyed by `key`.
 uint64_t feistel(uint64_t x, uint64_t key, int half_bits) {

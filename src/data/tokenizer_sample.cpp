@@ -13,24 +13,17 @@
 #include <string_view>
 
 #include "jumbo/config/config.h"
+#include "jumbo/config/hashing.h"
 #include "jumbo/data/tokenizer.h"
 #include "prepare_input.h"
 
 namespace jumbo {
 namespace {
 
-// splitmix64's finaliser: consecutive inputs give unrelated outputs.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // The key depends only on where the sentence is, so a sentence's fate does not depend on
 // what else was read, in what order, by how many threads.
 uint64_t sentence_key(uint64_t seed, uint64_t input, uint64_t line, uint64_t part) {
-  return mix(mix(mix(mix(seed) ^ input) ^ line) ^ part);
+  return splitmix64(splitmix64(splitmix64(splitmix64(seed) ^ input) ^ line) ^ part);
 }
 
 // Opens for streaming with a large buffer; `buffer` must outlive the stream.

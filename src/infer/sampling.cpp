@@ -4,26 +4,18 @@
 #include <cmath>
 #include <numeric>
 
+#include "jumbo/config/hashing.h"
+
 namespace jumbo {
-namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 uint64_t sampling_stream(const std::vector<int32_t>& prompt, int64_t choice) {
-  uint64_t h = mix(static_cast<uint64_t>(prompt.size()));
-  for (int32_t t : prompt) h = mix(h ^ static_cast<uint32_t>(t));
-  return mix(h ^ static_cast<uint64_t>(choice));
+  uint64_t h = splitmix64(static_cast<uint64_t>(prompt.size()));
+  for (int32_t t : prompt) h = splitmix64(h ^ static_cast<uint32_t>(t));
+  return splitmix64(h ^ static_cast<uint64_t>(choice));
 }
 
 double uniform_of(uint64_t seed, uint64_t stream, int64_t index) {
-  const uint64_t h = mix(mix(mix(seed) ^ stream) ^ static_cast<uint64_t>(index));
+  const uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ static_cast<uint64_t>(index));
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 

@@ -27,19 +27,7 @@ train 4 --set parallel.tp=2 --set parallel.pp=2 --set train.steps=4 --set checkp
   { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
 step=$tmp/ck/step_00000004
 
-# expect_error NAME REGEX COMMAND...: exit 2, one "error:" line matching REGEX, no crash.
-expect_error() {
-  local name=$1 want=$2
-  shift 2
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  local status=$?
-  [[ $status -eq 2 ]] || fail "$name: exited $status, expected 2"
-  [[ $(wc -l <"$tmp/$name.err") -eq 1 ]] || fail "$name: stderr is not one line"
-  local line
-  line=$(cat "$tmp/$name.err")
-  [[ $line =~ $want ]] || fail "$name: error '$line' does not match '$want'"
-  echo "$name: $line"
-}
+source tests/support/expect_error.sh
 
 # ---- inspect ----------------------------------------------------------------------------
 "$jumbo" ckpt inspect "$tmp/ck" >"$tmp/inspect.txt" 2>&1 ||

@@ -5,13 +5,13 @@
 set -euo pipefail
 jumbo=$1
 cd "$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$work"
-train_small "$jumbo" 2 "$work" --set parallel.tp=2 --set train.steps=10 --set train.global_batch=8 \
-  --set checkpoint.dir="$work/ckpt" --set checkpoint.every=10 --set "data.valid=$work/data" \
-  --set train.eval_every=10 --set train.eval_batches=4 --set "log.metrics_file=$work/m.jsonl" \
+make_small_data "$jumbo" "$tmp"
+train_small "$jumbo" 2 "$tmp" --set parallel.tp=2 --set train.steps=10 --set train.global_batch=8 \
+  --set checkpoint.dir="$tmp/ckpt" --set checkpoint.every=10 --set "data.valid=$tmp/data" \
+  --set train.eval_every=10 --set train.eval_batches=4 --set "log.metrics_file=$tmp/m.jsonl" \
   >/dev/null
 field() {  # field FILE PATH.TO.KEY: from the last JSON line of FILE
   python3 -c 'import json,sys
@@ -23,39 +23,39 @@ close() {  # close A B RELATIVE
   python3 -c 'import sys; a,b,t=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)<=t*max(1,abs(b)) else 1)' "$@" ||
     { echo "FAIL: $1 vs $2 (tolerance $3)"; exit 1; }
 }
-val=$(field "$work/m.jsonl" val_loss)
+val=$(field "$tmp/m.jsonl" val_loss)
 echo "logged val_loss at step 10: $val"
 
 # 4 windows = train.eval_batches x micro_batch: the windows the run evaluated. The run's own
 # layout gives its number to double rounding; others differ by fp32 sums in another order.
-mpirun -np 2 "$jumbo" eval --checkpoint "$work/ckpt" --data "$work/data" --windows 4 --tp 2 \
-  >"$work/e0.txt"
-close "$(field "$work/e0.txt" data.loss)" "$val" 1e-12
-"$jumbo" eval --checkpoint "$work/ckpt" --data "$work/data" --windows 4 >"$work/e1.txt"
-close "$(field "$work/e1.txt" data.loss)" "$val" 1e-6
-mpirun -np 4 "$jumbo" eval --checkpoint "$work/ckpt" --data "$work/data" --windows 4 --pp 2 \
-  --micro-batch 2 >"$work/e2.txt"
-close "$(field "$work/e2.txt" data.loss)" "$val" 1e-6
-[[ $(field "$work/e2.txt" layout) == "'tp1-pp2-dp2'" ]] || { echo "FAIL: layout"; exit 1; }
-grep -q "^dataset .*bits/byte" "$work/e2.txt" || { echo "FAIL: no table"; cat "$work/e2.txt"; exit 1; }
+mpirun -np 2 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows 4 --tp 2 \
+  >"$tmp/e0.txt"
+close "$(field "$tmp/e0.txt" data.loss)" "$val" 1e-12
+"$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows 4 >"$tmp/e1.txt"
+close "$(field "$tmp/e1.txt" data.loss)" "$val" 1e-6
+mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows 4 --pp 2 \
+  --micro-batch 2 >"$tmp/e2.txt"
+close "$(field "$tmp/e2.txt" data.loss)" "$val" 1e-6
+[[ $(field "$tmp/e2.txt" layout) == "'tp1-pp2-dp2'" ]] || { echo "FAIL: layout"; exit 1; }
+grep -q "^dataset .*bits/byte" "$tmp/e2.txt" || { echo "FAIL: no table"; cat "$tmp/e2.txt"; exit 1; }
 
 # The whole set: every token but the first is scored once, whatever the stride.
-"$jumbo" eval --checkpoint "$work/ckpt" --data "$work/data" >"$work/all.txt"
-n=$(field "$work/all.txt" data.dataset_tokens)
-[[ $(field "$work/all.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: tokens scored"; exit 1; }
-mpirun -np 4 "$jumbo" eval --checkpoint "$work/ckpt" --data "$work/data" --stride 12 --tp 2 \
-  --pp 2 >"$work/strided.txt"
-[[ $(field "$work/strided.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: strided tokens"; exit 1; }
-w32=$(field "$work/all.txt" data.windows) w12=$(field "$work/strided.txt" data.windows)
+"$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" >"$tmp/all.txt"
+n=$(field "$tmp/all.txt" data.dataset_tokens)
+[[ $(field "$tmp/all.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: tokens scored"; exit 1; }
+mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --stride 12 --tp 2 \
+  --pp 2 >"$tmp/strided.txt"
+[[ $(field "$tmp/strided.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: strided tokens"; exit 1; }
+w32=$(field "$tmp/all.txt" data.windows) w12=$(field "$tmp/strided.txt" data.windows)
 ((w12 > 2 * w32)) || { echo "FAIL: stride 12 made $w12 windows, stride 32 $w32"; exit 1; }
 
 # The shipped task (its first 60 items): the same per-item log-likelihoods on two layouts.
-head -60 inputs/tasks/brown-lastword.jsonl >"$work/task.jsonl"
-"$jumbo" eval --checkpoint "$work/ckpt" --task "$work/task.jsonl" --per-item "$work/items1.jsonl" \
-  >"$work/t1.txt"
-mpirun -np 4 "$jumbo" eval --checkpoint "$work/ckpt" --task "$work/task.jsonl" --tp 2 --pp 2 \
-  --micro-batch 3 --per-item "$work/items2.jsonl" >"$work/t2.txt"
-python3 - "$work/items1.jsonl" "$work/items2.jsonl" "$work/t1.txt" <<'PY'
+head -60 inputs/tasks/brown-lastword.jsonl >"$tmp/task.jsonl"
+"$jumbo" eval --checkpoint "$tmp/ckpt" --task "$tmp/task.jsonl" --per-item "$tmp/items1.jsonl" \
+  >"$tmp/t1.txt"
+mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --task "$tmp/task.jsonl" --tp 2 --pp 2 \
+  --micro-batch 3 --per-item "$tmp/items2.jsonl" >"$tmp/t2.txt"
+python3 - "$tmp/items1.jsonl" "$tmp/items2.jsonl" "$tmp/t1.txt" <<'PY'
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
@@ -75,23 +75,13 @@ print(f"task: 60 items, acc {summary['accuracy']:.3f}, acc_norm {summary['accura
 PY
 
 # Mistakes: one line, exit 2.
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1
-  shift
-  set +e
-  "$jumbo" eval "$@" >"$work/out.txt" 2>"$work/err.txt"
-  local code=$?
-  set -e
-  if [[ $code -ne 2 ]] || ! grep -q -- "$pattern" "$work/err.txt" || [[ $(wc -l <"$work/err.txt") -ne 1 ]]; then
-    echo "FAIL: jumbo eval $* exited $code:"
-    cat "$work/err.txt"
-    exit 1
-  fi
-}
-expect_error "give --data PREFIX" --checkpoint "$work/ckpt"
-expect_error "--stride 40: expected 1 .. 32" --checkpoint "$work/ckpt" --data "$work/data" --stride 40
-expect_error "no such checkpoint directory" --checkpoint "$work/nowhere" --data "$work/data"
-echo '{"context": "a", "continuations": [" b"], "answer": 3}' >"$work/bad.jsonl"
-expect_error "bad.jsonl:1: \"answer\": 3 is not an index" --checkpoint "$work/ckpt" --task "$work/bad.jsonl"
-expect_error "--tp 3" --checkpoint "$work/ckpt" --data "$work/data" --tp 3
+fail() { echo "FAIL: $*"; exit 1; }
+source tests/support/expect_error.sh
+expect_error no_input "give --data PREFIX" "$jumbo" eval --checkpoint "$tmp/ckpt"
+expect_error bad_stride "--stride 40: expected 1 .. 32" "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --stride 40
+expect_error no_checkpoint "no such checkpoint directory" "$jumbo" eval --checkpoint "$tmp/nowhere" --data "$tmp/data"
+echo '{"context": "a", "continuations": [" b"], "answer": 3}' >"$tmp/bad.jsonl"
+expect_error bad_answer 'bad.jsonl:1: "answer": 3 is not an index' "$jumbo" eval --checkpoint "$tmp/ckpt" \
+  --task "$tmp/bad.jsonl"
+expect_error bad_layout "--tp 3" "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --tp 3
 echo "eval: ok"

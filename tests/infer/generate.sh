@@ -5,38 +5,38 @@
 set -euo pipefail
 jumbo=$1
 cd "$2"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$work"
-train_small "$jumbo" 1 "$work" --set train.steps=30 --set train.global_batch=8 \
-  --set checkpoint.dir="$work/ckpt" --set checkpoint.every=30 >/dev/null
+make_small_data "$jumbo" "$tmp"
+train_small "$jumbo" 1 "$tmp" --set train.steps=30 --set train.global_batch=8 \
+  --set checkpoint.dir="$tmp/ckpt" --set checkpoint.every=30 >/dev/null
 printf '%s\n' '{"prompt": "The jury said"}' '{"prompt": "It was the first time that"}' \
-  '{"prompt": "In"}' >"$work/prompts.jsonl"
+  '{"prompt": "In"}' >"$tmp/prompts.jsonl"
 gen() {  # gen OUT [mpirun -np N] -- FLAGS...
   local out=$1
   shift
-  "$@" --checkpoint "$work/ckpt" --prompts "$work/prompts.jsonl" --max-new-tokens 12 --json >"$out"
+  "$@" --checkpoint "$tmp/ckpt" --prompts "$tmp/prompts.jsonl" --max-new-tokens 12 --json >"$out"
 }
 same() {
   cmp -s "$1" "$2" || { echo "FAIL: $1 and $2 differ"; diff "$1" "$2"; exit 1; }
 }
-gen "$work/g1" "$jumbo" generate
-gen "$work/g2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2
-gen "$work/g3" "$jumbo" generate --max-batch 1 --prefill-chunk 2
-same "$work/g1" "$work/g2"
-same "$work/g1" "$work/g3"
-[[ $(wc -l <"$work/g1") -eq 3 ]] || { echo "FAIL: 3 completions expected"; exit 1; }
+gen "$tmp/g1" "$jumbo" generate
+gen "$tmp/g2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2
+gen "$tmp/g3" "$jumbo" generate --max-batch 1 --prefill-chunk 2
+same "$tmp/g1" "$tmp/g2"
+same "$tmp/g1" "$tmp/g3"
+[[ $(wc -l <"$tmp/g1") -eq 3 ]] || { echo "FAIL: 3 completions expected"; exit 1; }
 sampled=(--temperature 0.8 --top-k 40 --top-p 0.9 --seed 5)
-gen "$work/s1" "$jumbo" generate "${sampled[@]}"
-gen "$work/s2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2 "${sampled[@]}" --max-batch 2
-gen "$work/s3" "$jumbo" generate --temperature 0.8 --top-k 40 --top-p 0.9 --seed 6
-same "$work/s1" "$work/s2"
-cmp -s "$work/s1" "$work/s3" && { echo "FAIL: seeds 5 and 6 gave the same text"; exit 1; }
-cmp -s "$work/s1" "$work/g1" && { echo "FAIL: sampling gave the greedy text"; exit 1; }
+gen "$tmp/s1" "$jumbo" generate "${sampled[@]}"
+gen "$tmp/s2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2 "${sampled[@]}" --max-batch 2
+gen "$tmp/s3" "$jumbo" generate --temperature 0.8 --top-k 40 --top-p 0.9 --seed 6
+same "$tmp/s1" "$tmp/s2"
+cmp -s "$tmp/s1" "$tmp/s3" && { echo "FAIL: seeds 5 and 6 gave the same text"; exit 1; }
+cmp -s "$tmp/s1" "$tmp/g1" && { echo "FAIL: sampling gave the greedy text"; exit 1; }
 
 # A stop string cut from the greedy text: the completion ends before it.
-python3 - "$work/g1" "$work/stop.txt" <<'PY'
+python3 - "$tmp/g1" "$tmp/stop.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
@@ -44,36 +44,25 @@ for line in open(sys.argv[1]):
         open(sys.argv[2], "w").write(d["text"][3:6])
         break
 PY
-stop=$(cat "$work/stop.txt")
-"$jumbo" generate --checkpoint "$work/ckpt" --prompt "The jury said" --max-new-tokens 12 \
-  --stop "$stop" --json >"$work/st"
-python3 - "$work/g1" "$work/st" "$stop" <<'PY'
+stop=$(cat "$tmp/stop.txt")
+"$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury said" --max-new-tokens 12 \
+  --stop "$stop" --json >"$tmp/st"
+python3 - "$tmp/g1" "$tmp/st" "$stop" <<'PY'
 import json, sys
 full = json.loads(open(sys.argv[1]).readline())["text"]
 cut = json.loads(open(sys.argv[2]).readline())
 assert cut["finish_reason"] == "stop", cut
 assert cut["text"] == full[: full.find(sys.argv[3])], (cut["text"], full, sys.argv[3])
 PY
-"$jumbo" generate --checkpoint "$work/ckpt" --prompt "The jury said" --max-new-tokens 4 | \
+"$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury said" --max-new-tokens 4 | \
   grep -q "^The jury said" || { echo "FAIL: the human output repeats the prompt"; exit 1; }
 
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1
-  shift
-  set +e
-  "$jumbo" generate "$@" >"$work/out.txt" 2>"$work/err.txt"
-  local code=$?
-  set -e
-  if [[ $code -ne 2 ]] || ! grep -q -- "$pattern" "$work/err.txt" || [[ $(wc -l <"$work/err.txt") -ne 1 ]]; then
-    echo "FAIL: jumbo generate $* exited $code:"
-    cat "$work/err.txt"
-    exit 1
-  fi
-}
-expect_error "exceed the model's context of 32" --checkpoint "$work/ckpt" --prompt "The jury" --max-new-tokens 40
-expect_error "give --prompt TEXT or --prompts" --checkpoint "$work/ckpt"
-echo 'not json' >"$work/bad.jsonl"
-expect_error "bad.jsonl:1: expected a JSON object" --checkpoint "$work/ckpt" --prompts "$work/bad.jsonl"
-expect_error "generation runs one model replica" --checkpoint "$work/ckpt" --prompt "a" --tp 2
-expect_error "--max-batch 0" --checkpoint "$work/ckpt" --prompt "a" --max-batch 0
+fail() { echo "FAIL: $*"; exit 1; }
+source tests/support/expect_error.sh
+expect_error too_long "exceed the model's context of 32" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury" --max-new-tokens 40
+expect_error no_prompt "give --prompt TEXT or --prompts" "$jumbo" generate --checkpoint "$tmp/ckpt"
+echo 'not json' >"$tmp/bad.jsonl"
+expect_error bad_prompts "bad.jsonl:1: expected a JSON object" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompts "$tmp/bad.jsonl"
+expect_error not_one_replica "generation runs one model replica" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "a" --tp 2
+expect_error bad_batch "--max-batch 0" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "a" --max-batch 0
 echo "generate: ok"

@@ -37,19 +37,7 @@ train_small "$jumbo" 4 "$tmp" --set model.vocab=500 --set parallel.tp=2 --set pa
   { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
 tail -3 "$tmp/train.log"
 
-# expect_error NAME REGEX COMMAND...: exit 2, one "error:" line matching REGEX, no crash.
-expect_error() {
-  local name=$1 want=$2
-  shift 2
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  local status=$?
-  [[ $status -eq 2 ]] || fail "$name: exited $status, expected 2"
-  [[ $(wc -l <"$tmp/$name.err") -eq 1 ]] || fail "$name: stderr is not one line"
-  local line
-  line=$(cat "$tmp/$name.err")
-  [[ $line =~ $want ]] || fail "$name: error '$line' does not match '$want'"
-  echo "$name: $line"
-}
+source tests/support/expect_error.sh
 
 # ---- user mistakes ------------------------------------------------------------------------
 expect_error bad_format "--format gpt3: the only format is safetensors or hf-gpt2$" \

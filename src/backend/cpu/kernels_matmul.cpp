@@ -31,6 +31,26 @@ const float* as_f32(Scratch& s, int slot, Tensor t) {
 // once, in its own dtype, and dotted with every input row (held in cache as f32).
 constexpr int64_t kFewRows = 16;
 
+// Four input rows per pass over a weight row: four independent accumulators hide the FMA
+// latency, and each weight element loaded feeds four FMAs.
+template <class W>
+void dot4(const W* row, const float* x, int64_t k, float* acc) {
+  const float *x0 = x, *x1 = x + k, *x2 = x + 2 * k, *x3 = x + 3 * k;
+  float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+#pragma omp simd reduction(+ : d0, d1, d2, d3)
+  for (int64_t i = 0; i < k; ++i) {
+    const float w = load(row, i);
+    d0 += x0[i] * w;
+    d1 += x1[i] * w;
+    d2 += x2[i] * w;
+    d3 += x3[i] * w;
+  }
+  acc[0] = d0;
+  acc[1] = d1;
+  acc[2] = d2;
+  acc[3] = d3;
+}
+
 template <class W, class O>
 void few_rows_linear(O* out, const float* in, const W* w, const float* bias, int64_t n,
                      int64_t o, int64_t k) {
@@ -38,7 +58,9 @@ void few_rows_linear(O* out, const float* in, const W* w, const float* bias, int
   for (int64_t j = 0; j < o; ++j) {
     const W* row = w + j * k;
     float acc[kFewRows];
-    for (int64_t r = 0; r < n; ++r) {
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) dot4(row, in + r * k, k, acc + r);
+    for (; r < n; ++r) {
       const float* x = in + r * k;
       float dot = 0;
 #pragma omp simd reduction(+ : dot)
@@ -46,7 +68,7 @@ void few_rows_linear(O* out, const float* in, const W* w, const float* bias, int
       acc[r] = dot;
     }
     const float b = bias ? bias[j] : 0.0f;
-    for (int64_t r = 0; r < n; ++r) store(out + r * o, j, acc[r] + b);
+    for (r = 0; r < n; ++r) store(out + r * o, j, acc[r] + b);
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <tuple>
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/infer/engine.h"
@@ -103,17 +105,24 @@ std::vector<std::vector<double>> full_forward_logprobs(const ModelConfig& m, int
   return rows;
 }
 
+// The tiny model's engine on this world's layout, with init_weights.
+std::unique_ptr<GenerationEngine> make_engine(Backend& backend, const DecodeShape& shape) {
+  std::shared_ptr<Comm> world = mpi_world();
+  EngineOptions opts;
+  std::tie(opts.tp, opts.pp) = layout_for(world->size());
+  opts.shape = shape;
+  auto engine = std::make_unique<GenerationEngine>(tiny(), opts, backend, world);
+  init_weights(engine->decoder().params(), backend);
+  return engine;
+}
+
 TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
   std::shared_ptr<Comm> world = mpi_world();
   const auto [tp, pp] = layout_for(world->size());
   const ModelConfig m = tiny();
   auto backend = make_cpu_backend();
-  EngineOptions opts;
-  opts.tp = tp;
-  opts.pp = pp;
-  opts.shape = {.max_rows = 4, .max_sampled = 2, .cache_slots = 2, .cache_positions = 0};
-  GenerationEngine engine(m, opts, *backend, world);
-  init_weights(engine.decoder().params(), *backend);
+  auto made = make_engine(*backend, {.max_rows = 4, .max_sampled = 2, .cache_slots = 2});
+  GenerationEngine& engine = *made;
 
   // Prompts longer than a step's 4 rows (chunked prefill); three through two slots (the third
   // joins when one leaves).
@@ -175,16 +184,9 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
 TEST(CachedDecode, SameSeedSameTextWhateverTheBatch) {
   // Sampling with a seed: one prompt alone, and the same prompt among others in one batch,
   // give the same tokens.
-  std::shared_ptr<Comm> world = mpi_world();
-  const auto [tp, pp] = layout_for(world->size());
-  const ModelConfig m = tiny();
   auto backend = make_cpu_backend();
-  EngineOptions opts;
-  opts.tp = tp;
-  opts.pp = pp;
-  opts.shape = {.max_rows = 16, .max_sampled = 4, .cache_slots = 4, .cache_positions = 0};
-  GenerationEngine engine(m, opts, *backend, world);
-  init_weights(engine.decoder().params(), *backend);
+  auto made = make_engine(*backend, {.max_rows = 16, .max_sampled = 4, .cache_slots = 4});
+  GenerationEngine& engine = *made;
   GenerationRequest r;
   r.prompt = {1, 2, 3, 4};
   r.max_new_tokens = 12;
