@@ -13,6 +13,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
+source scripts/openblas-core.sh
+openblas_core_for_this_cpu build/jumbo
 
 # The CUDA build (backend, NCCL, gpu tests, GPU benchmark) is compiled wherever the CUDA
 # toolkit is, and its gpu tests run; without a GPU each skips with one line.

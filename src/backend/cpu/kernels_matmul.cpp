@@ -31,24 +31,48 @@ const float* as_f32(Scratch& s, int slot, Tensor t) {
 // once, in its own dtype, and dotted with every input row (held in cache as f32).
 constexpr int64_t kFewRows = 16;
 
-// Four input rows per pass over a weight row: four independent accumulators hide the FMA
-// latency, and each weight element loaded feeds four FMAs.
+// Several input rows per pass over a weight row: independent accumulators hide the FMA
+// latency, and each weight element loaded feeds one FMA per row. (Written out: GCC does not
+// vectorise an array reduction as well.)
+template <class W>
+void dot8(const W* row, const float* x, int64_t k, float* acc) {
+  float d0 = 0, d1 = 0, d2 = 0, d3 = 0, d4 = 0, d5 = 0, d6 = 0, d7 = 0;
+#pragma omp simd reduction(+ : d0, d1, d2, d3, d4, d5, d6, d7)
+  for (int64_t i = 0; i < k; ++i) {
+    const float w = load(row, i);
+    d0 += x[i] * w;
+    d1 += x[k + i] * w;
+    d2 += x[2 * k + i] * w;
+    d3 += x[3 * k + i] * w;
+    d4 += x[4 * k + i] * w;
+    d5 += x[5 * k + i] * w;
+    d6 += x[6 * k + i] * w;
+    d7 += x[7 * k + i] * w;
+  }
+  acc[0] = d0, acc[1] = d1, acc[2] = d2, acc[3] = d3;
+  acc[4] = d4, acc[5] = d5, acc[6] = d6, acc[7] = d7;
+}
+
 template <class W>
 void dot4(const W* row, const float* x, int64_t k, float* acc) {
-  const float *x0 = x, *x1 = x + k, *x2 = x + 2 * k, *x3 = x + 3 * k;
   float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
 #pragma omp simd reduction(+ : d0, d1, d2, d3)
   for (int64_t i = 0; i < k; ++i) {
     const float w = load(row, i);
-    d0 += x0[i] * w;
-    d1 += x1[i] * w;
-    d2 += x2[i] * w;
-    d3 += x3[i] * w;
+    d0 += x[i] * w;
+    d1 += x[k + i] * w;
+    d2 += x[2 * k + i] * w;
+    d3 += x[3 * k + i] * w;
   }
-  acc[0] = d0;
-  acc[1] = d1;
-  acc[2] = d2;
-  acc[3] = d3;
+  acc[0] = d0, acc[1] = d1, acc[2] = d2, acc[3] = d3;
+}
+
+template <class W>
+void dot1(const W* row, const float* x, int64_t k, float* acc) {
+  float d = 0;
+#pragma omp simd reduction(+ : d)
+  for (int64_t i = 0; i < k; ++i) d += x[i] * load(row, i);
+  acc[0] = d;
 }
 
 template <class W, class O>
@@ -59,14 +83,9 @@ void few_rows_linear(O* out, const float* in, const W* w, const float* bias, int
     const W* row = w + j * k;
     float acc[kFewRows];
     int64_t r = 0;
+    for (; r + 8 <= n; r += 8) dot8(row, in + r * k, k, acc + r);
     for (; r + 4 <= n; r += 4) dot4(row, in + r * k, k, acc + r);
-    for (; r < n; ++r) {
-      const float* x = in + r * k;
-      float dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t i = 0; i < k; ++i) dot += x[i] * load(row, i);
-      acc[r] = dot;
-    }
+    for (; r < n; ++r) dot1(row, in + r * k, k, acc + r);
     const float b = bias ? bias[j] : 0.0f;
     for (r = 0; r < n; ++r) store(out + r * o, j, acc[r] + b);
   }
