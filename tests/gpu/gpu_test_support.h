@@ -12,6 +12,7 @@
 
 #include "jumbo/backend/arena.h"
 #include "jumbo/backend/backend.h"
+#include "jumbo/config/config.h"
 
 namespace jumbo::gputest {
 
@@ -68,5 +69,19 @@ class DualBench {
 // Deterministic normal values, scaled; never all zeros.
 Values random_normal(int64_t n, double stddev, uint64_t seed);
 std::vector<int32_t> random_ids(int64_t n, int32_t lo, int32_t hi, uint64_t seed);
+
+// The whole-model gpu tests' model: 2 layers, d_model 256, 4 heads (head size 64, so flash
+// attention runs), ffn 1024, vocab 512, context 128.
+inline ModelConfig small_gpu_model(const std::string& name) {
+  ModelConfig m;
+  m.name = name;
+  m.layers = 2;
+  m.d_model = 256;
+  m.heads = 4;
+  m.ffn = 1024;
+  m.vocab = 512;
+  m.context = 128;
+  return m;
+}
 
 }  // namespace jumbo::gputest

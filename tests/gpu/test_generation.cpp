@@ -15,14 +15,7 @@ namespace jumbo::gputest {
 namespace {
 
 std::vector<std::vector<TokenPick>> generate_on(Backend& backend, Precision precision) {
-  ModelConfig m;
-  m.name = "gpu-generate";
-  m.layers = 2;
-  m.d_model = 256;
-  m.heads = 4;  // head size 64
-  m.ffn = 1024;
-  m.vocab = 512;
-  m.context = 128;
+  const ModelConfig m = small_gpu_model("gpu-generate");
   EngineOptions opts;
   opts.precision = precision;
   opts.shape = {.max_rows = 16, .max_sampled = 2, .cache_slots = 2, .cache_positions = 0};

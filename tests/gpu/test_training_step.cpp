@@ -37,14 +37,7 @@ struct StepsRun {
 };
 
 StepsRun train_three_steps(Backend& backend, Precision precision) {
-  ModelConfig m;
-  m.name = "gpu-step";
-  m.layers = 2;
-  m.d_model = 256;
-  m.heads = 4;  // head size 64
-  m.ffn = 1024;
-  m.vocab = 512;
-  m.context = 128;
+  const ModelConfig m = small_gpu_model("gpu-step");
   // One rank, two microbatches of 2 x 128 per step: the trainer's own parts.
   Layout layout;
   layout.micro_batch = 2;
