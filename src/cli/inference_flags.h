@@ -1,12 +1,13 @@
 #pragma once
-// The flags every verb that runs a trained model shares (generate, serve, bench generate).
+// The flags every verb that runs a trained checkpoint shares: add_checkpoint_flags (eval,
+// generate, serve) and, for the generation engine, add_inference_flags (generate, serve).
 #include <CLI/CLI.hpp>
 
 #include "jumbo/infer/session.h"
 
 namespace jumbo::cli {
 
-inline void add_inference_flags(CLI::App& cmd, InferenceOptions& o) {
+inline void add_checkpoint_flags(CLI::App& cmd, CheckpointOptions& o) {
   cmd.add_option("--checkpoint", o.checkpoint,
                  "checkpoint directory, or a root holding `latest` (local or s3://)")
       ->required();
@@ -18,6 +19,10 @@ inline void add_inference_flags(CLI::App& cmd, InferenceOptions& o) {
   cmd.add_option("--device", o.device, "cpu or cuda (one GPU per rank)")->capture_default_str();
   cmd.add_option("--precision", o.precision,
                  "fp32 or bf16 weights and activations (default: the checkpoint's)");
+}
+
+inline void add_inference_flags(CLI::App& cmd, InferenceOptions& o) {
+  add_checkpoint_flags(cmd, o);
   cmd.add_option("--max-batch", o.max_batch,
                  "sequences decoded together: the KV cache's slots")->capture_default_str();
   cmd.add_option("--prefill-chunk", o.prefill_chunk,

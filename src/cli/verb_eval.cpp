@@ -3,23 +3,22 @@
 // Prints a table for people, then one JSON line for scripts (the last line).
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 
+#include "inference_flags.h"
 #include "jumbo/infer/cloze.h"
 #include "jumbo/infer/evaluate.h"
-#include "jumbo/train/device.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
 namespace {
 
 struct Args {
-  std::string checkpoint, tokenizer, data, task, per_item, device = "cpu", precision;
-  int64_t tp = 1, pp = 1, micro_batch = 1, stride = 0, windows = -1;
+  CheckpointOptions checkpoint;
+  std::string data, task, per_item;
+  int64_t micro_batch = 1, stride = 0, windows = -1;
 };
 
 // The UTF-8 bytes each token stands for: a learned piece with "▁" as one space, a byte piece
@@ -64,44 +63,33 @@ int run_eval(const Args& a) {
   if (a.data.empty() && a.task.empty()) {
     throw UserError("jumbo eval: give --data PREFIX (a prepared dataset) and/or --task FILE.jsonl");
   }
-  if (a.device != "cpu" && a.device != "cuda") {
-    throw UserError(fmt::format("jumbo eval: --device {}: expected cpu or cuda", a.device));
-  }
-  if (!a.precision.empty() && a.precision != "fp32" && a.precision != "bf16") {
-    throw UserError(fmt::format("jumbo eval: --precision {}: expected fp32 or bf16", a.precision));
-  }
-  std::unique_ptr<Backend> backend = make_backend(a.device == "cuda" ? Device::cuda : Device::cpu);
-  std::shared_ptr<Comm> world = make_world_comm(*backend);
-  const bool leader = world->rank() == 0;
-  const ResolvedCheckpoint ckpt = open_checkpoint(a.checkpoint, S3Options{}, *world);
+  OpenedCheckpoint c = open_checkpoint_for(a.checkpoint, "eval");
+  Comm& world = *c.world;
+  const bool leader = world.rank() == 0;
+  const ResolvedCheckpoint& ckpt = c.checkpoint;
   const Manifest& m = ckpt.manifest;
-  std::optional<Tokenizer> tok;
   std::vector<ClozeItem> items;
   std::vector<char> table;
   if (leader) {
-    const std::string path = a.tokenizer.empty() ? m.tokenizer : a.tokenizer;
-    if (path.empty()) throw UserError("jumbo eval: the checkpoint names no tokenizer: pass --tokenizer");
-    tok.emplace(path);
-    const std::vector<int32_t> bytes = piece_bytes(*tok);
+    const std::vector<int32_t> bytes = piece_bytes(*c.tokenizer);
     table.resize(bytes.size() * sizeof(int32_t));
     std::memcpy(table.data(), bytes.data(), table.size());
     if (!a.task.empty()) items = read_cloze_task(a.task);
   }
-  world->broadcast_bytes(table, 0);
+  world.broadcast_bytes(table, 0);
   std::vector<int32_t> bytes(table.size() / sizeof(int32_t));
   std::memcpy(bytes.data(), table.data(), table.size());
 
   EvalLayout layout;
-  layout.tp = a.tp;
-  layout.pp = a.pp;
+  layout.tp = a.checkpoint.tp;
+  layout.pp = a.checkpoint.pp;
   layout.micro_batch = a.micro_batch;
-  layout.precision = a.precision.empty() ? m.precision
-                     : a.precision == "bf16" ? Precision::bf16 : Precision::fp32;
-  Evaluator ev(m.model, layout, m.model.context, *backend, world);
+  layout.precision = c.precision;
+  Evaluator ev(m.model, layout, m.model.context, *c.backend, c.world);
   ev.load(ckpt);
   nlohmann::json out = {{"checkpoint", ckpt.storage->url(ckpt.dir)},
                         {"step", m.progress.step},
-                        {"layout", fmt::format("tp{}-pp{}-dp{}", a.tp, a.pp, ev.grid().dp_size())}};
+                        {"layout", fmt::format("tp{}-pp{}-dp{}", layout.tp, layout.pp, ev.grid().dp_size())}};
   std::string table_text = fmt::format("checkpoint {} (step {}), {}\n", ckpt.storage->url(ckpt.dir),
                                        m.progress.step, out["layout"].get<std::string>());
   if (!a.data.empty()) {
@@ -118,7 +106,7 @@ int run_eval(const Args& a) {
         r.tokens_scored, r.mean_loss(), r.perplexity(), r.bits_per_byte());
   }
   if (!a.task.empty()) {
-    const ClozeResult r = evaluate_cloze(ev, tok ? &*tok : nullptr, items);
+    const ClozeResult r = evaluate_cloze(ev, c.tokenizer ? &*c.tokenizer : nullptr, items);
     if (leader) {
       out["task"] = {{"file", a.task},       {"items", r.items.size()},
                      {"accuracy", r.accuracy}, {"accuracy_norm", r.accuracy_norm},
@@ -140,8 +128,7 @@ void add_eval_verb(CLI::App& app, VerbRunner& run) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "score a checkpoint: loss, perplexity and bits per byte over a prepared dataset, "
               "accuracy on a multiple-choice task (any tp x pp x dp layout under mpirun)");
-  cmd->add_option("--checkpoint", a->checkpoint,
-                  "checkpoint directory, or a root holding `latest` (local or s3://)")->required();
+  add_checkpoint_flags(*cmd, a->checkpoint);
   cmd->add_option("--data", a->data, "a prepared dataset prefix: every token scored once");
   cmd->add_option("--stride", a->stride,
                   "tokens between window starts (default: the context; smaller overlaps windows, "
@@ -152,12 +139,7 @@ void add_eval_verb(CLI::App& app, VerbRunner& run) {
   cmd->add_option("--task", a->task,
                   "multiple-choice JSONL: {\"context\", \"continuations\": [...], \"answer\"}");
   cmd->add_option("--per-item", a->per_item, "with --task: write each item's log-likelihoods");
-  cmd->add_option("--tokenizer", a->tokenizer, "SentencePiece model (default: the checkpoint's)");
-  cmd->add_option("--tp", a->tp, "tensor-parallel ranks")->capture_default_str();
-  cmd->add_option("--pp", a->pp, "pipeline stages")->capture_default_str();
   cmd->add_option("--micro-batch", a->micro_batch, "windows per microbatch")->capture_default_str();
-  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--precision", a->precision, "fp32 or bf16 (default: the checkpoint's)");
   cmd->callback([&run, a] { run = [a] { return run_eval(*a); }; });
 }
 

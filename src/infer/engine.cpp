@@ -111,17 +111,14 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
                                    Backend& backend, std::shared_ptr<Comm> world)
     : model_(model),
       opts_(opts),
+      layout_(engine_layout(model, opts, world->size())),
       backend_(backend),
       world_(world),
-      grid_((engine_layout(model, opts, world->size()), world), static_cast<int>(opts.tp),
-            static_cast<int>(opts.pp)) {
+      grid_(world, static_cast<int>(opts.tp), static_cast<int>(opts.pp)) {
   if (opts_.sampled_vocab <= 0 || opts_.sampled_vocab > model_.vocab) opts_.sampled_vocab = model_.vocab;
-  Layout layout;
-  layout.tp = opts.tp;
-  layout.pp = opts.pp;
   StepShape shape;
   shape.precision = opts.precision;
-  const StagePlan plan = plan_stage(model_, layout, shape, grid_.coords());
+  const StagePlan plan = plan_stage(model_, layout_, shape, grid_.coords());
   decoder_ = std::make_unique<GptDecoder>(model_, plan.model, opts.shape, backend_, grid_.tp());
   if (grid_.last_stage()) {
     const int64_t s = decoder_->shape().max_sampled, vl = decoder_->vocab_local();

@@ -80,20 +80,19 @@ Evaluator::Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t
                      Backend& backend, std::shared_ptr<Comm> world)
     : model_(model),
       layout_(layout),
+      parallel_(eval_layout(model, layout, world->size())),
       seq_(seq),
       backend_(backend),
       world_(world),
-      grid_((eval_layout(model, layout, world->size()), world), static_cast<int>(layout.tp),
-            static_cast<int>(layout.pp)) {
-  const Layout l = eval_layout(model, layout, world->size());
+      grid_(world, static_cast<int>(layout.tp), static_cast<int>(layout.pp)) {
   // Enough microbatches per run to fill the pipeline several times over.
   microbatches_per_run_ = 4 * layout.pp;
   StepShape shape;
-  shape.global_batch = microbatches_per_run_ * layout.micro_batch * l.dp;
+  shape.global_batch = microbatches_per_run_ * layout.micro_batch * parallel_.dp;
   shape.seq = seq;
   shape.precision = layout.precision;
   shape.eval_microbatches = microbatches_per_run_;
-  plan_ = plan_stage(model_, l, shape, grid_.coords());
+  plan_ = plan_stage(model_, parallel_, shape, grid_.coords());
   gpt_ = std::make_unique<GptModel>(model_, plan_.model, backend_, grid_.tp());
   runner_ = std::make_unique<PipelineRunner>(*gpt_, grid_.pp(), plan_);
 }

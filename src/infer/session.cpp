@@ -8,46 +8,60 @@
 
 namespace jumbo {
 
-InferenceSession open_inference_session(const InferenceOptions& o, const std::string& verb) {
-  auto flag_error = [&](const std::string& flag, const std::string& value,
-                        const std::string& expected) {
-    return UserError(fmt::format("jumbo {}: {} {}: expected {}", verb, flag, value, expected));
-  };
-  if (o.device != "cpu" && o.device != "cuda") throw flag_error("--device", o.device, "cpu or cuda");
+namespace {
+
+UserError flag_error(const std::string& verb, const std::string& flag, const std::string& value,
+                     const std::string& expected) {
+  return UserError(fmt::format("jumbo {}: {} {}: expected {}", verb, flag, value, expected));
+}
+
+}  // namespace
+
+OpenedCheckpoint open_checkpoint_for(const CheckpointOptions& o, const std::string& verb) {
+  if (o.device != "cpu" && o.device != "cuda") throw flag_error(verb, "--device", o.device, "cpu or cuda");
   if (!o.precision.empty() && o.precision != "fp32" && o.precision != "bf16") {
-    throw flag_error("--precision", o.precision, "fp32 or bf16");
+    throw flag_error(verb, "--precision", o.precision, "fp32 or bf16");
   }
-  if (o.max_batch < 1 || o.max_batch > 4096) {
-    throw flag_error("--max-batch", std::to_string(o.max_batch), "1 .. 4096");
-  }
-  if (o.prefill_chunk < 1) throw flag_error("--prefill-chunk", std::to_string(o.prefill_chunk), ">= 1");
-  InferenceSession s;
-  s.backend = make_backend(o.device == "cuda" ? Device::cuda : Device::cpu);
-  s.world = make_world_comm(*s.backend);
-  s.checkpoint = open_checkpoint(o.checkpoint, S3Options{}, *s.world);
-  const Manifest& m = s.checkpoint.manifest;
-  s.model_name = fmt::format("{}@{}", m.model.name, s.checkpoint.dir);
-  if (s.world->rank() == 0) {
+  OpenedCheckpoint c;
+  c.backend = make_backend(o.device == "cuda" ? Device::cuda : Device::cpu);
+  c.world = make_world_comm(*c.backend);
+  c.checkpoint = open_checkpoint(o.checkpoint, S3Options{}, *c.world);
+  const Manifest& m = c.checkpoint.manifest;
+  c.precision = o.precision.empty() ? m.precision
+                : o.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  if (c.world->rank() == 0) {
     const std::string path = o.tokenizer.empty() ? m.tokenizer : o.tokenizer;
     if (path.empty()) {
       throw UserError(fmt::format("jumbo {}: the checkpoint names no tokenizer: pass --tokenizer",
                                   verb));
     }
-    s.tokenizer.emplace(path);
-    if (s.tokenizer->vocab_size() > m.model.vocab) {
+    c.tokenizer.emplace(path);
+    if (c.tokenizer->vocab_size() > m.model.vocab) {
       throw UserError(fmt::format("jumbo {}: tokenizer {} has {} pieces, more than the "
                                   "checkpoint's model.vocab = {}", verb, path,
-                                  s.tokenizer->vocab_size(), m.model.vocab));
+                                  c.tokenizer->vocab_size(), m.model.vocab));
     }
   }
+  return c;
+}
+
+InferenceSession open_inference_session(const InferenceOptions& o, const std::string& verb) {
+  if (o.max_batch < 1 || o.max_batch > 4096) {
+    throw flag_error(verb, "--max-batch", std::to_string(o.max_batch), "1 .. 4096");
+  }
+  if (o.prefill_chunk < 1) {
+    throw flag_error(verb, "--prefill-chunk", std::to_string(o.prefill_chunk), ">= 1");
+  }
+  InferenceSession s{open_checkpoint_for(o, verb), nullptr, ""};
+  const Manifest& m = s.checkpoint.manifest;
+  s.model_name = fmt::format("{}@{}", m.model.name, s.checkpoint.dir);
   // The last stage picks tokens: it must know the tokenizer's vocabulary too.
   const double pieces = s.world->all_reduce_scalar(
       s.tokenizer ? static_cast<double>(s.tokenizer->vocab_size()) : 0.0, ReduceOp::max);
   EngineOptions e;
   e.tp = o.tp;
   e.pp = o.pp;
-  e.precision = o.precision.empty() ? m.precision
-                : o.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  e.precision = s.precision;
   e.shape.cache_slots = o.max_batch;
   e.shape.max_sampled = o.max_batch;
   e.shape.max_rows = std::max(o.prefill_chunk, o.max_batch);

@@ -88,7 +88,9 @@ TEST(EvalWindows, EveryTargetIsScoredOnce) {
         ASSERT_LE(w.start + seq + 1, tokens);
         ASSERT_GE(w.first_scored, 0);
         ASSERT_LT(w.first_scored, seq);
-        if (k > 0) EXPECT_GE(w.first_scored, seq - stride);  // at least seq - stride of context
+        if (k > 0) {
+          EXPECT_GE(w.first_scored, seq - stride);  // at least seq - stride of context
+        }
         for (int64_t j = w.first_scored; j < seq; ++j) ++scored[static_cast<size_t>(w.start + 1 + j)];
       }
       EXPECT_EQ(scored[0], 0);

@@ -73,6 +73,7 @@ class GenerationEngine {
 
   ModelConfig model_;
   EngineOptions opts_;
+  Layout layout_;  // tp x pp, checked against the model and the world
   Backend& backend_;
   std::shared_ptr<Comm> world_;
   Grid grid_;

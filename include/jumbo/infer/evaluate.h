@@ -71,6 +71,7 @@ class Evaluator {
  private:
   ModelConfig model_;
   EvalLayout layout_;
+  Layout parallel_;  // layout_ checked against the model and the world (dp set)
   int64_t seq_;
   Backend& backend_;
   std::shared_ptr<Comm> world_;

@@ -1,8 +1,8 @@
 #pragma once
-// InferenceSession: what `jumbo generate`, `jumbo serve` and `jumbo bench generate` share —
-// the checkpoint found on rank 0, the tokenizer, the backend and world of this rank, and the
-// generation engine with its weights loaded, from one set of options (their flags:
-// src/cli/inference_flags.h).
+// What every verb that runs a trained checkpoint opens first (OpenedCheckpoint: eval,
+// generate, serve): the backend and world of this rank, the checkpoint found on rank 0, the
+// tokenizer, the precision to run in; and for generate and serve the InferenceSession on top
+// of it, the generation engine with its weights loaded. Their flags: src/cli/inference_flags.h.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,27 +16,37 @@
 
 namespace jumbo {
 
-struct InferenceOptions {
+struct CheckpointOptions {
   std::string checkpoint;  // --checkpoint: a step directory or a root with `latest`
   std::string tokenizer;   // --tokenizer: default the checkpoint's data.tokenizer
   int64_t tp = 1, pp = 1;  // --tp, --pp: any layout, whatever the checkpoint was saved in
   std::string device = "cpu";     // --device: cpu or cuda
   std::string precision;          // --precision: fp32 or bf16; default the checkpoint's
-  int64_t max_batch = 8;          // --max-batch: sequences decoded together (KV-cache slots)
-  int64_t prefill_chunk = 256;    // --prefill-chunk: prompt tokens a step may add
 };
 
-struct InferenceSession {
+struct OpenedCheckpoint {
   std::unique_ptr<Backend> backend;
   std::shared_ptr<Comm> world;
   ResolvedCheckpoint checkpoint;
   std::optional<Tokenizer> tokenizer;  // on world rank 0 only (it encodes and decodes)
+  Precision precision = Precision::fp32;  // --precision, else the checkpoint's
+};
+
+// Collective. Throws UserError (one line naming the flag or file) on a bad option, a
+// missing checkpoint or tokenizer, or a tokenizer with more pieces than model.vocab.
+OpenedCheckpoint open_checkpoint_for(const CheckpointOptions& opts, const std::string& verb);
+
+struct InferenceOptions : CheckpointOptions {
+  int64_t max_batch = 8;          // --max-batch: sequences decoded together (KV-cache slots)
+  int64_t prefill_chunk = 256;    // --prefill-chunk: prompt tokens a step may add
+};
+
+struct InferenceSession : OpenedCheckpoint {
   std::unique_ptr<GenerationEngine> engine;
   std::string model_name;  // the checkpoint's model name and step: "tiny@step_00000010"
 };
 
-// Collective. Throws UserError (one line naming the flag or file) on a bad option, a
-// missing checkpoint or tokenizer, or a tokenizer whose vocabulary is not the model's.
+// Collective: open_checkpoint_for, then the engine with its weights.
 InferenceSession open_inference_session(const InferenceOptions& opts, const std::string& verb);
 
 }  // namespace jumbo
