@@ -136,8 +136,9 @@ bool cannot_enter(const BottomK& sample, const std::string& raw, uint64_t seed, 
   return true;
 }
 
-void sample_jsonl(BottomK& sample, SampleStats& stats, const std::string& path, int32_t input,
-                  uint64_t seed) {
+// Streams the lines of `path` (numbered from 1) to on_line, counting the bytes and lines read.
+template <class OnLine>
+void stream_lines(SampleStats& stats, const std::string& path, OnLine&& on_line) {
   std::ifstream in;
   std::vector<char> buffer;
   open_input(in, path, buffer);
@@ -145,7 +146,15 @@ void sample_jsonl(BottomK& sample, SampleStats& stats, const std::string& path, 
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     stats.bytes_read += static_cast<int64_t>(line.size()) + (in.eof() ? 0 : 1);
     ++stats.lines_read;
-    if (blank(line)) continue;
+    on_line(line, line_no);
+  }
+  check_read(in, path);
+}
+
+void sample_jsonl(BottomK& sample, SampleStats& stats, const std::string& path, int32_t input,
+                  uint64_t seed) {
+  stream_lines(stats, path, [&](const std::string& line, int64_t line_no) {
+    if (blank(line)) return;
     if (cannot_enter(sample, line, seed, input, line_no)) {
       // Not parsed, so only checked to look like one object: a skipped line could still
       // lack the key. Parsing it would cost more than reading it.
@@ -156,27 +165,19 @@ void sample_jsonl(BottomK& sample, SampleStats& stats, const std::string& path, 
                                     path, line_no));
       }
       ++stats.lines_not_parsed;
-      continue;
+      return;
     }
     offer_paragraphs(sample, stats, parse_json_line(line, path, line_no, "text"), seed, input,
                      line_no);
-  }
-  check_read(in, path);
+  });
 }
 
 // A text file is one document; its lines are streamed, each keyed by its line number.
 void sample_text(BottomK& sample, SampleStats& stats, const std::string& path, int32_t input,
                  uint64_t seed) {
-  std::ifstream in;
-  std::vector<char> buffer;
-  open_input(in, path, buffer);
-  std::string line;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
-    stats.bytes_read += static_cast<int64_t>(line.size()) + (in.eof() ? 0 : 1);
-    ++stats.lines_read;
+  stream_lines(stats, path, [&](const std::string& line, int64_t line_no) {
     offer_paragraphs(sample, stats, line, seed, input, line_no);
-  }
-  check_read(in, path);
+  });
 }
 
 }  // namespace
