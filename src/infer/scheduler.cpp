@@ -112,7 +112,6 @@ void Scheduler::step() {
     if (pending > 1 && room > 0) feed(i, std::min(pending, room));
   }
   const std::vector<TokenPick> picks = engine_.step(step_);
-  ++steps_;
   std::vector<size_t> done;
   for (size_t k = 0; k < picks.size(); ++k) {
     Sequence& s = running_[sampled_of_[k]];

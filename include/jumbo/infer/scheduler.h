@@ -54,7 +54,6 @@ class Scheduler {
   bool idle() const { return running_.empty() && waiting_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
-  int64_t steps() const { return steps_; }
 
  private:
   struct Sequence {
@@ -73,7 +72,7 @@ class Scheduler {
 
   GenerationEngine& engine_;
   int32_t eos_id_;
-  int64_t next_id_ = 0, steps_ = 0;
+  int64_t next_id_ = 0;
   std::deque<Sequence> waiting_;
   std::vector<Sequence> running_;
   std::vector<int32_t> free_slots_;

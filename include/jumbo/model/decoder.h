@@ -51,8 +51,6 @@ class GptDecoder {
   Tensor logits(int64_t count) { return logits_f32_.rows(0, count); }
   int64_t vocab_local() const { return vocab_local_; }
   int64_t vocab_start() const { return vocab_start_; }
-  size_t cache_bytes() const { return cache_arena_.used(); }
-  size_t step_bytes() const { return step_arena_.used(); }
 
  private:
   void layout_step(Arena& arena);
