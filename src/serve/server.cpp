@@ -9,6 +9,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -49,7 +50,14 @@ struct JobQueue {
   std::condition_variable wake;  // the main thread: a job arrived, one was cancelled
   std::deque<std::shared_ptr<Job>> jobs;
   size_t max_jobs = 64;
+  // Slots the main thread will fill at its next step, as of its last look. A request that
+  // arrives during a step and will take one of them is not waiting, so it does not count
+  // against max_jobs (without this, a burst could be refused while slots were free).
+  size_t free_slots = 0;
   bool closing = false;  // a stop was asked: new requests get 503
+
+  // Under mu: requests that will wait for a slot are at most max_jobs.
+  bool full() const { return jobs.size() >= max_jobs + free_slots; }
   // Written by the main thread after each step; read by /health.
   std::atomic<int64_t> running{0}, waiting{0}, completed{0}, cancelled{0};
 
@@ -89,10 +97,13 @@ class Leader {
           queue_.closing = stop_now = true;
         }
         // The scheduler gets only what it can start soon: the queue is the wait line.
-        while (!queue_.jobs.empty() && scheduler_.running() + scheduler_.waiting() < slots_) {
+        int64_t taken = scheduler_.running() + scheduler_.waiting();
+        while (!queue_.jobs.empty() && taken < slots_) {
+          taken += queue_.jobs.front()->request.choices();
           starting.push_back(std::move(queue_.jobs.front()));
           queue_.jobs.pop_front();
         }
+        queue_.free_slots = static_cast<size_t>(std::max<int64_t>(0, slots_ - taken));
       }
       if (stop_now) {
         fmt::print(stderr, "jumbo serve: stopping: no new requests, finishing those accepted\n");
@@ -103,6 +114,11 @@ class Leader {
       if (!scheduler_.idle()) scheduler_.step();
       queue_.running = scheduler_.running();
       queue_.waiting = scheduler_.waiting();
+      {
+        std::lock_guard lock(queue_.mu);
+        queue_.free_slots = static_cast<size_t>(
+            std::max<int64_t>(0, slots_ - scheduler_.running() - scheduler_.waiting()));
+      }
     }
   }
 
@@ -218,6 +234,7 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   JobQueue queue;
   queue.max_jobs = static_cast<size_t>(opts.max_queue);
+  queue.free_slots = static_cast<size_t>(engine.shape().cache_slots);
   std::atomic<int64_t> next_id{0};
   std::atomic<uint64_t> next_seed{0};
 
@@ -247,7 +264,7 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
       if (queue.closing) {
         return send_error(res, serve::ApiError(503, "", "the server is stopping", "server_error"));
       }
-      if (queue.jobs.size() >= queue.max_jobs) {
+      if (queue.full()) {
         return send_error(res, serve::ApiError(429, "", fmt::format(
             "the queue is full ({} requests waiting, --max-queue); retry later", queue.max_jobs),
             "server_error"));
