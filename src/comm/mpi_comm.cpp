@@ -11,6 +11,7 @@
 #include "jumbo/backend/bf16.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/watchdog.h"
+#include "mpi_ring.h"
 
 namespace jumbo {
 namespace {
@@ -74,6 +75,7 @@ class MpiComm final : public Comm {
     requests_.reserve(kMaxInFlight);
   }
   ~MpiComm() override {
+    ring_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owned_ && !finalized) MPI_Comm_free(&comm_);
@@ -121,6 +123,9 @@ class MpiComm final : public Comm {
   CommRequest iall_reduce(Tensor t, ReduceOp op) override {
     count(t);
     if (size_ == 1) return {};
+    if (op == ReduceOp::sum && RingCollectives::reducible(t.dtype) && t.numel() % size_ == 0) {
+      return ring_request(RingKind::all_reduce, t);
+    }
     MPI_Request* r = new_request();
     MPI_Iallreduce(MPI_IN_PLACE, t.data, count_of(t), mpi_type(t.dtype), mpi_op(t.dtype, op),
                    comm_, r);
@@ -134,6 +139,8 @@ class MpiComm final : public Comm {
     MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
                              mpi_op(in.dtype, ReduceOp::sum), comm_);
   }
+  // In place (the ring's): `in`'s other blocks are partial sums afterwards; an `out` that is
+  // not in's block of this rank gets a copy.
   CommRequest ireduce_scatter(Tensor in, Tensor out) override {
     check_blocks(in, out, "reduce_scatter");
     count(in);
@@ -141,10 +148,23 @@ class MpiComm final : public Comm {
       copy_if_distinct(out, in);
       return {};
     }
-    MPI_Request* r = new_request();
-    MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
-                              mpi_op(in.dtype, ReduceOp::sum), comm_, r);
-    return {slot_of(r)};
+    const Tensor mine = in.rows(rank_ * out.numel(), out.numel());
+    CommRequest r = ring_request(RingKind::reduce_scatter, in);
+    if (out.data != mine.data) {
+      wait(r);
+      copy_if_distinct(out, mine);
+    }
+    return r;
+  }
+  CommRequest iall_gather(Tensor in, Tensor out) override {
+    check_blocks(out, in, "all_gather");
+    count(in);
+    if (size_ == 1) {
+      copy_if_distinct(out, in);
+      return {};
+    }
+    copy_if_distinct(out.rows(rank_ * in.numel(), in.numel()), in);
+    return ring_request(RingKind::all_gather, out);
   }
   void all_gather(Tensor in, Tensor out) override {
     const BlockingOp watch("all_gather", name_);
@@ -175,6 +195,11 @@ class MpiComm final : public Comm {
   void wait(CommRequest& req) override {
     const BlockingOp watch("wait for a send, receive or non-blocking collective", name_);
     if (!req.pending()) return;
+    if (req.slot >= kRingSlots) {
+      ring_->wait(req.slot - kRingSlots);
+      req.slot = -1;
+      return;
+    }
     MPI_Wait(&requests_[req.slot], MPI_STATUS_IGNORE);
     free_.push_back(req.slot);
     req.slot = -1;
@@ -259,6 +284,13 @@ class MpiComm final : public Comm {
     }
     return static_cast<int>(n);
   }
+  // Ring operations' requests are numbered from kRingSlots (MPI's below it).
+  static constexpr int kRingSlots = 1 << 20;
+  CommRequest ring_request(RingKind kind, Tensor whole) {
+    // Created on first use (a collective call: every rank gets here in the same order).
+    if (!ring_) ring_ = std::make_unique<RingCollectives>(comm_, rank_, size_, name_);
+    return {kRingSlots + ring_->submit(kind, whole)};
+  }
   int slot_of(MPI_Request* r) const { return static_cast<int>(r - requests_.data()); }
   void check_blocks(const Tensor& whole, const Tensor& block, const char* what) const {
     if (whole.numel() != block.numel() * size_ || whole.dtype != block.dtype) {
@@ -278,6 +310,7 @@ class MpiComm final : public Comm {
   std::vector<MPI_Request> requests_;
   std::vector<int> free_;
   std::vector<char> packed_;  // all_reduce_coalesced's staging buffer
+  std::unique_ptr<RingCollectives> ring_;  // the non-blocking collectives' worker
 };
 
 }  // namespace

@@ -5,7 +5,7 @@
 // Ordering without host waits:
 // - "blocking" collectives (all_reduce, reduce_scatter, all_gather, broadcast) are queued on
 //   the compute stream: later kernels see their result, the host does not wait;
-// - non-blocking ones (iall_reduce, ireduce_scatter) run on a communication stream that
+// - non-blocking ones (iall_reduce, ireduce_scatter, iall_gather) run on a communication stream that
 //   first waits for the compute stream's work so far; wait() makes the compute stream wait
 //   for them. The data-parallel reduce-scatter of each bucket thus overlaps the rest of
 //   the backward;
@@ -140,6 +140,20 @@ class NcclComm final : public Comm {
       check(ncclReduceScatter(in.data, out.data, out.numel(), nccl_type(in.dtype), ncclSum,
                               comm_, s),
             "ncclReduceScatter");
+    });
+  }
+  // The weights' gather after the optimizer: on the communication stream, so the next
+  // forward runs until it first needs a bucket (wait() on its request).
+  CommRequest iall_gather(Tensor in, Tensor out) override {
+    check_blocks(out, in, "all_gather");
+    count(in);
+    if (size_ == 1) {
+      copy_if_distinct(out, in, compute_);
+      return {};
+    }
+    return on_stream(collective_stream_, [&](cudaStream_t s) {
+      check(ncclAllGather(in.data, out.data, in.numel(), nccl_type(in.dtype), comm_, s),
+            "ncclAllGather");
     });
   }
   void all_gather(Tensor in, Tensor out) override {

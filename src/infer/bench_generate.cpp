@@ -56,7 +56,7 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   engine.decoder().params().initialize(backend, 1234);
 
   GenerateBenchResult r;
-  r.weight_bytes = static_cast<double>(engine.decoder().params().all_compute().bytes());
+  r.weight_bytes = static_cast<double>(engine.decoder().params().all_weights().bytes());
   for (int64_t batch : o.batches) {
     std::vector<double> prefill, decode;
     for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is a warm-up

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "jumbo/backend/bf16.h"
+
 #include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/train/checkpoint_io.h"
 
@@ -44,11 +46,14 @@ void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& b
       const ParamInfo& p = params.info(static_cast<int>(i));
       ranges.push_back({p.flat_offset, 0, p.numel(), static_cast<int>(i)});
     }
-    Tensor master = params.all_master();
-    std::vector<float> staged;  // device weights go through a host copy
-    float* host = master.device == Device::cpu ? master.as<float>() : nullptr;
+    // The checkpoint holds the f32 master: read in place into f32 host weights, else into a
+    // host copy that is rounded to the compute dtype and uploaded.
+    const Tensor weights = params.all_weights();
+    const bool direct = weights.device == Device::cpu && weights.dtype == DType::f32;
+    std::vector<float> staged;
+    float* host = direct ? weights.as<float>() : nullptr;
     if (!host) {
-      staged.assign(static_cast<size_t>(master.numel()), 0.0f);
+      staged.assign(static_cast<size_t>(weights.numel()), 0.0f);
       host = staged.data();
     }
     std::vector<PieceData> pieces;
@@ -59,13 +64,19 @@ void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& b
       pieces.push_back(std::move(pd));
     }
     load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
-    if (!staged.empty()) {
-      backend.from_host(master, staged.data());
+    if (!direct) {
+      std::vector<bf16> rounded;
+      const void* src = staged.data();
+      if (weights.dtype == DType::bf16) {
+        rounded.resize(staged.size());
+        for (size_t k = 0; k < staged.size(); ++k) rounded[k] = f32_to_bf16(staged[k]);
+        src = rounded.data();
+      }
+      backend.from_host(weights, src);
       backend.stream().synchronize();
     }
   }
-  if (dp.size() > 1) dp.broadcast(params.all_master(), 0);
-  params.refresh_compute_copy(backend);
+  if (dp.size() > 1) dp.broadcast(params.all_weights(), 0);
 }
 
 }  // namespace jumbo

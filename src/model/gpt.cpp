@@ -280,11 +280,23 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_);
 }
 
+int64_t GptModel::flat_end(std::initializer_list<int> params) const {
+  int64_t end = 0;
+  for (int p : params) {
+    if (p >= 0) end = std::max(end, params_.info(p).flat_offset + params_.info(p).numel());
+  }
+  return end;
+}
+
 void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets) {
   Slot& s = slots_[slot];
   s.chunk = chunk;
   const int64_t base = chunk * opts_.num_layers;
+  auto need = [&](std::initializer_list<int> params) {
+    if (weights_needed_) weights_needed_(flat_end(params));
+  };
   if (opts_.has_embedding && chunk == 0) {
+    need({wte_, wpe_});
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
     Tensor full = sp_ ? emb_full_ : s.encoded;
@@ -295,10 +307,14 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
   }
   Tensor x = s.encoded;
   for (int64_t l = 0; l < opts_.num_layers; ++l) {
-    block_forward(s.layers[l], layer_params_[base + l], x);
+    const LayerParams& p = layer_params_[base + l];
+    need({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_w,
+          p.fc1_b, p.fc2_w, p.fc2_b});
+    block_forward(s.layers[l], p, x);
     x = s.layers[l].residual3;
   }
   if (!opts_.has_head || chunk != opts_.chunks - 1) return;
+  need({wte_, lnf_w_, lnf_b_});
   backend_.from_host(s.targets, targets);
   head_forward(s, x);
   if (losses_recorded_ == opts_.losses_per_read) {

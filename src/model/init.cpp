@@ -65,22 +65,25 @@ int64_t Slice::numel() const {
 
 void init_normal_slice(float* out, uint64_t seed, std::string_view name, const Slice& slice,
                        float std) {
+  init_normal_range(out, seed, name, slice, std, 0, slice.numel());
+}
+
+void init_normal_range(float* out, uint64_t seed, std::string_view name, const Slice& slice,
+                       float std, int64_t begin, int64_t count) {
   const uint64_t key = name_hash(name);
   if (slice.shape.size() == 1) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < slice.shape[0]; ++i) {
-      out[i] = std * counter_normal(seed, key, static_cast<uint64_t>(slice.offset[0] + i));
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = std * counter_normal(seed, key, static_cast<uint64_t>(slice.offset[0] + begin + i));
     }
     return;
   }
-  const int64_t cols = slice.global_shape[1];
+  const int64_t cols = slice.global_shape[1], local_cols = slice.shape[1];
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < slice.shape[0]; ++r) {
-    const int64_t grow = slice.offset[0] + r;
-    for (int64_t c = 0; c < slice.shape[1]; ++c) {
-      const uint64_t index = static_cast<uint64_t>(grow * cols + slice.offset[1] + c);
-      out[r * slice.shape[1] + c] = std * counter_normal(seed, key, index);
-    }
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t e = begin + i, r = e / local_cols, c = e % local_cols;
+    const uint64_t index = static_cast<uint64_t>((slice.offset[0] + r) * cols + slice.offset[1] + c);
+    out[i] = std * counter_normal(seed, key, index);
   }
 }
 

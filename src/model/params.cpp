@@ -1,12 +1,15 @@
 #include "jumbo/model/params.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
+
+#include "jumbo/backend/bf16.h"
 
 namespace jumbo {
 
 int ParamStore::add(ParamInfo info) {
-  if (master_) throw std::logic_error("ParamStore::add after allocate");
+  if (weights_) throw std::logic_error("ParamStore::add after allocate");
   info.flat_offset = total_;
   // Keep every tensor 64-byte aligned inside the flat buffers.
   total_ += (info.numel() + 15) / 16 * 16;
@@ -18,44 +21,58 @@ void ParamStore::allocate(Backend& backend, DType compute_dtype, int64_t multipl
                           GradBuffer grads) {
   compute_dtype_ = compute_dtype;
   pad_to(multiple);
-  const size_t f32_bytes = static_cast<size_t>(total_) * 4;
-  const bool separate_copy = compute_dtype != DType::f32;
-  const size_t copy_bytes = separate_copy ? static_cast<size_t>(total_) * dtype_size(compute_dtype) : 0;
+  const size_t weight_bytes = static_cast<size_t>(total_) * dtype_size(compute_dtype);
+  const size_t grad_bytes = grads == GradBuffer::allocated ? static_cast<size_t>(total_) * 4 : 0;
   device_ = backend.device().kind();
-  const size_t grad_bytes = grads == GradBuffer::allocated ? f32_bytes : 0;
-  arena_ = backend.device().make_arena(f32_bytes + grad_bytes + copy_bytes + 3 * Arena::kAlign,
-                                       "params");
-  master_ = arena_.alloc_bytes(f32_bytes);
+  arena_ = backend.device().make_arena(weight_bytes + grad_bytes + 2 * Arena::kAlign, "params");
+  weights_ = arena_.alloc_bytes(weight_bytes);
   grads_ = grad_bytes > 0 ? arena_.alloc_bytes(grad_bytes) : nullptr;
-  compute_ = separate_copy ? arena_.alloc_bytes(copy_bytes) : master_;
-  backend.fill(all_master(), 0.0f);  // padding between tensors stays zero
+  backend.fill(all_weights(), 0.0f);  // padding between tensors stays zero
   if (grads_) backend.fill(all_grads(), 0.0f);
 }
 
-void ParamStore::initialize(Backend& backend, uint64_t seed) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_[i];
-    Tensor m = master(static_cast<int>(i));
-    switch (p.init) {
-      case InitKind::normal:
-        if (m.device == Device::cpu) {
-          init_normal_slice(m.as<float>(), seed, p.name, p.slice, p.init_std);
-        } else {  // generated on the host, one tensor at a time, then uploaded
-          std::vector<float> host(static_cast<size_t>(m.numel()));
-          init_normal_slice(host.data(), seed, p.name, p.slice, p.init_std);
-          backend.from_host(m, host.data());
-          backend.stream().synchronize();  // `host` is freed next
-        }
-        break;
-      case InitKind::ones: backend.fill(m, 1.0f); break;
-      case InitKind::zeros: backend.fill(m, 0.0f); break;
-    }
+void ParamStore::initial_values(int i, uint64_t seed, int64_t begin, int64_t count,
+                                float* out) const {
+  const ParamInfo& p = params_[static_cast<size_t>(i)];
+  switch (p.init) {
+    case InitKind::normal:
+      init_normal_range(out, seed, p.name, p.slice, p.init_std, begin, count);
+      break;
+    case InitKind::ones: std::fill(out, out + count, 1.0f); break;
+    case InitKind::zeros: std::fill(out, out + count, 0.0f); break;
   }
-  refresh_compute_copy(backend);
 }
 
-void ParamStore::refresh_compute_copy(Backend& backend) {
-  if (compute_ != master_) backend.copy(all_compute(), all_master());
+void ParamStore::initialize(Backend& backend, uint64_t seed) {
+  init_seed_ = seed;
+  // Generated on the host a chunk at a time, rounded to the compute dtype, then written in
+  // place or uploaded: a start-up buffer of 384 KiB whatever the largest tensor (a larger one
+  // would stay in the heap and in the run's peak resident set).
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  std::vector<float> values;
+  std::vector<bf16> rounded;
+  const bool direct = device_ == Device::cpu && compute_dtype_ == DType::f32;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    for (int64_t at = 0; at < p.numel(); at += kChunk) {
+      const int64_t n = std::min(kChunk, p.numel() - at);
+      Tensor dst = all_weights().rows(p.flat_offset + at, n);
+      if (direct) {
+        initial_values(static_cast<int>(i), seed, at, n, dst.as<float>());
+        continue;
+      }
+      values.resize(static_cast<size_t>(n));
+      initial_values(static_cast<int>(i), seed, at, n, values.data());
+      const void* src = values.data();
+      if (compute_dtype_ == DType::bf16) {
+        rounded.resize(static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k) rounded[static_cast<size_t>(k)] = f32_to_bf16(values[static_cast<size_t>(k)]);
+        src = rounded.data();
+      }
+      backend.from_host(dst, src);
+      backend.stream().synchronize();  // the host buffers are reused next
+    }
+  }
 }
 
 Tensor ParamStore::flat(void* base, DType t) const {
@@ -70,8 +87,7 @@ Tensor ParamStore::shaped(void* base, DType t, int i) const {
   return Tensor(data, t, {p.slice.shape[0], p.slice.shape[1]}, device_);
 }
 
-Tensor ParamStore::master(int i) const { return shaped(master_, DType::f32, i); }
 Tensor ParamStore::grad(int i) const { return shaped(grads_, DType::f32, i); }
-Tensor ParamStore::weight(int i) const { return shaped(compute_, compute_dtype_, i); }
+Tensor ParamStore::weight(int i) const { return shaped(weights_, compute_dtype_, i); }
 
 }  // namespace jumbo

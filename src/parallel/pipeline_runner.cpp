@@ -69,6 +69,7 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
     return pp_.irecv(model_.grad_output(), c.recv_from_rank,
                      tag(op.microbatch, c.virtual_stage + 1, 1));
   };
+  model_.set_weights_needed_hook(run.weights_needed);
   CommRequest received;
   if (!ops.empty()) {
     pp_.group_start();
@@ -109,6 +110,7 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   for (CommRequest& r : bwd_sent_) pp_.wait(r);
   for (CommRequest& r : fwd_sent_) pp_.wait(r);
   if (train) model_.set_grads_ready_hook(nullptr);
+  model_.set_weights_needed_hook(nullptr);
   // The run's one read of the losses. On a GPU the host waits here for the run's kernels and
   // collectives: watched like a blocking collective, so a peer that hangs ends the job.
   const BlockingOp watch("waiting for the GPU's step (losses)", "device");

@@ -93,11 +93,19 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
     plan.buckets = dp_buckets(plan.params.total_numel(), layout.dp, layout.bucket_size);
     plan.optimizer_ranges = optimizer_ranges(plan.params, plan.buckets, layout.dp, at.dp_rank,
                                              layout.zero1_active(), &plan.optimizer_state_elems);
+    // The grad norm sums this rank's shard of every bucket over the world, with ZeRO-1 or
+    // without (every replica has the whole reduced gradient then): the same sums in the same
+    // order either way, and 1/dp of the reads.
+    const std::vector<OptimRange> shards =
+        layout.zero1_active() ? plan.optimizer_ranges
+                              : optimizer_ranges(plan.params, plan.buckets, layout.dp, at.dp_rank,
+                                                 true, nullptr);
+    plan.grad_norm_ranges = grad_norm_ranges(plan.params, shards, at.tp_rank);
   } else {
     plan.optimizer_ranges = all_param_ranges(plan.params);
     plan.optimizer_state_elems = plan.params.total_numel();
+    plan.grad_norm_ranges = grad_norm_ranges(plan.params, plan.optimizer_ranges, at.tp_rank);
   }
-  plan.grad_norm_ranges = grad_norm_ranges(plan.params, plan.optimizer_ranges, at.tp_rank);
   return plan;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "jumbo/comm/comm.h"
 #include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
@@ -132,23 +133,18 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
 
   // Interleaved stages hold chunk-microbatches of layers / v layers each.
   const int64_t layers_per_slot = plan.layers.num_layers;
+  // The weights in the compute dtype and the f32 main grads, whole on every rank; the
+  // optimizer's f32 master (mixed precision only: in fp32 the weights are the master) and
+  // Adam's two moments, 1/dp of them under ZeRO-1 (Megatron's distributed optimizer):
+  // bf16 2 + 4 + 12/dp bytes per parameter, fp32 4 + 4 + 8/dp.
+  e.weights = n * (bf16 ? 2 : 4);
+  e.grads = 4 * n;
+  e.optimizer = (bf16 ? 12 : 8) * n / (zero1 ? dp : 1);
   if (t.device == PlanDevice::gpu) {
-    // bf16 weights, the f32 master, f32 main grads and Adam: 18 bytes per parameter. Under
-    // ZeRO-1 jumbo shards Adam's moments and keeps an owned gradient shard, but (unlike
-    // Megatron's distributed optimizer, 6 + 12/dp) still keeps the whole f32 master on every
-    // rank: 10 + 12/dp.
-    e.weights = n * ((bf16 ? 2 : 0) + 4);
-    e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
-    e.optimizer = zero1 ? 8 * n / dp : 8 * n;
     e.activations = gpu_activations(x, l, stage == l.pp - 1, layers_per_slot, e.in_flight);
     e.workspace = runtime_bytes(PlanDevice::gpu);
   } else {
-    // jumbo's CPU path: f32 master and main grads for the whole stage, a bf16 copy in bf16
-    // mode; under ZeRO-1 Adam and the owned gradient shard are 1/dp.
     const double t_size = bf16 ? 2 : 4;
-    e.weights = n * (4 + (bf16 ? 2 : 0));
-    e.grads = 4 * n + (zero1 ? 4 * n / dp : 0);
-    e.optimizer = zero1 ? 8 * n / dp : 8 * n;
     e.activations = cpu_activations(x, l, t_size, stage == 0, stage == l.pp - 1,
                                     layers_per_slot, e.in_flight, plan.layers.chunks,
                                     plan.model.losses_per_read);
@@ -160,10 +156,9 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
       const double matrix = widest * x.c;
       scratch = 4 * (2 * rows * widest + 2 * std::max(matrix, rows * widest));
     }
-    // Open MPI's non-blocking collectives (libnbc) copy each gradient bucket in flight; the
-    // buckets of a step are all in flight before the first wait: 4 bytes per parameter.
-    const double nbc_copies = l.dp > 1 ? 4 * n : 0;
-    e.workspace = runtime_bytes(PlanDevice::cpu) + scratch + nbc_copies;
+    // The data-parallel rings reduce and gather in place through one staging piece.
+    const double ring_staging = l.dp > 1 ? static_cast<double>(kMpiRingStagingBytes) : 0;
+    e.workspace = runtime_bytes(PlanDevice::cpu) + scratch + ring_staging;
   }
   return e;
 }

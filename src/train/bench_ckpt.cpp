@@ -65,7 +65,8 @@ CkptBenchResult bench_checkpoint(const ModelConfig& model, const CkptBenchOption
     v[i] = std::abs(normal(rng));
   }
   const std::vector<PieceData> pieces = optimizer_state_pieces(
-      plan.params, plan.optimizer_ranges, master.data(), m.data(), v.data(), StateUse::save);
+      plan.params, plan.optimizer_ranges, {master.data(), MasterIndex::flat}, m.data(), v.data(),
+      StateUse::save);
 
   RunConfig cfg;
   cfg.model = model;

@@ -12,21 +12,13 @@ GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& gr
       tp_(groups.tp),
       embedding_(groups.embedding),
       zero1_(plan.zero1) {
-  const int64_t n = dp_.size();
-  int64_t local = 0;
   for (const auto& [begin, end] : plan.buckets) {
     Bucket& b = buckets_.emplace_back();
     b.begin = begin;
     b.end = end;
-    b.owned_local = local;
-    if (zero1_) local += (end - begin) / n;
   }
   next_ = buckets_.size();
-  if (zero1_) {
-    owned_arena_ =
-        backend.device().make_arena(static_cast<size_t>(local) * 4 + Arena::kAlign, "zero1-grads");
-    owned_grads_ = owned_arena_.alloc(DType::f32, {local});
-  }
+  gathered_ = buckets_.size();
   for (size_t i = params.size(); i-- > 0;) {
     const ParamInfo& p = params.info(static_cast<int>(i));
     if (p.tied_embedding) tied_embedding_ = static_cast<int>(i);
@@ -35,8 +27,6 @@ GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& gr
     partial_grads_.push_back(params.grad(static_cast<int>(i)));
   }
 }
-
-Tensor GradSync::optimizer_grads() const { return zero1_ ? owned_grads_ : params_.all_grads(); }
 
 void GradSync::start_step() {
   for (Bucket& b : buckets_) b.launched = false;
@@ -58,7 +48,7 @@ void GradSync::launch(Bucket& b) {
   Tensor grads = params_.all_grads().rows(b.begin, b.end - b.begin);
   if (zero1_) {
     const int64_t shard = (b.end - b.begin) / dp_.size();
-    b.request = dp_.ireduce_scatter(grads, owned_grads_.rows(b.owned_local, shard));
+    b.request = dp_.ireduce_scatter(grads, grads.rows(dp_.rank() * shard, shard));
   } else {
     b.request = dp_.iall_reduce(grads, ReduceOp::sum);
   }
@@ -83,13 +73,20 @@ void GradSync::finish() {
   for (Bucket& b : buckets_) dp_.wait(b.request);
 }
 
-void GradSync::gather_weights() {
-  if (!zero1_) return;
-  Tensor weights = params_.all_compute();
-  for (const Bucket& b : buckets_) {
+void GradSync::start_weight_gather() {
+  if (!zero1_ || dp_.size() == 1) return;
+  const Tensor weights = params_.all_weights();
+  for (Bucket& b : buckets_) {
     const int64_t shard = (b.end - b.begin) / dp_.size();
-    Tensor whole = weights.rows(b.begin, b.end - b.begin);
-    dp_.all_gather(whole.rows(dp_.rank() * shard, shard), whole);
+    const Tensor whole = weights.rows(b.begin, b.end - b.begin);
+    b.gather = dp_.iall_gather(whole.rows(dp_.rank() * shard, shard), whole);
+  }
+  gathered_ = 0;
+}
+
+void GradSync::weights_needed_until(int64_t flat_end) {
+  while (gathered_ < buckets_.size() && buckets_[gathered_].begin < flat_end) {
+    dp_.wait(buckets_[gathered_++].gather);
   }
 }
 

@@ -20,7 +20,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       backend_(backend),
       world_(world),
       grid_(world, static_cast<int>(cfg_.parallel.tp), static_cast<int>(cfg_.parallel.pp)),
-      groups_(process_groups(grid_, cfg_.parallel)),
+      groups_(process_groups(grid_)),
       plan_(plan_stage(cfg_, grid_.coords())),
       // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
       planned_(plan_memory(cfg_)) {
@@ -75,6 +75,7 @@ void Trainer::print_start() {
 }
 
 void Trainer::evaluate(StepMetrics& m) {
+  grad_sync_->wait_for_weights();  // the forward-only runs read every weight
   double mean = 0;
   for (ValidSet& set : data_->valid()) {
     set.batches->start_step(0);
@@ -180,6 +181,7 @@ TrainSummary Trainer::run() {
     }
   }
   if (checkpointer_) checkpointer_->wait();
+  grad_sync_->wait_for_weights();  // the model's weights are whole when run() returns
   // On a GPU: device memory in use (arenas are allocated once, so this is the peak) against
   // the plan's GPU model; on the CPU: the peak resident set against its CPU model.
   const bool on_gpu = backend_.device().kind() == Device::cuda;

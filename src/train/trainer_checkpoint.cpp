@@ -14,7 +14,7 @@ bool Trainer::writes_checkpoint() const {
 }
 
 std::array<Tensor, 3> Trainer::saved_state() {
-  return {model_->params().all_master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+  return {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
 }
 
 std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
@@ -31,8 +31,8 @@ std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
     backend_.to_host(staged_state_[i].data(), state[i]);
     host[i] = staged_state_[i].data();
   }
-  return optimizer_state_pieces(model_->params(), plan_.optimizer_ranges, host[0], host[1],
-                                host[2], use);
+  return optimizer_state_pieces(model_->params(), plan_.optimizer_ranges,
+                                {host[0], optimizer_->master_index()}, host[1], host[2], use);
 }
 
 void Trainer::upload_staged_state() {
@@ -70,16 +70,16 @@ void Trainer::resume_from_checkpoint() {
   const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(StateUse::load), reader);
   if (!m) return;
   upload_staged_state();
-  ParamStore& ps = model_->params();
   if (cfg_.parallel.dp > 1 && !plan_.zero1) {
     // dp rank 0 read the state; its replicas receive it over the data-parallel group.
-    groups_.dp.broadcast(ps.all_master(), 0);
+    groups_.dp.broadcast(optimizer_->master(), 0);
     groups_.dp.broadcast(optimizer_->exp_avg(), 0);
     groups_.dp.broadcast(optimizer_->exp_avg_sq(), 0);
   }
-  ps.refresh_compute_copy(backend_);
+  optimizer_->write_weights();
   // ZeRO-1: each rank read only its shards; the weights of the others come from them.
-  grad_sync_->gather_weights();
+  grad_sync_->start_weight_gather();
+  grad_sync_->wait_for_weights();
   optimizer_->set_steps_taken(m->progress.optimizer_steps);
   step_ = m->progress.step;
   consumed_samples_ = m->progress.consumed_samples;

@@ -148,44 +148,48 @@ TEST_P(AdamWKernel, ThreeStepsMatchReference) {
   EXPECT_EQ(unmoved, 0);
 }
 
-// Several ranges in one call, as ZeRO-1 gives them: each at its own flat offset of the
-// weights and local offset of the gradient and moments, with or without decay; elements no
+// Several ranges in one call, as ZeRO-1 gives them in mixed precision: each at its own flat
+// offset of the gradient and the compute copy, local offset of the moments and offset of the
+// (sharded) master, here deliberately not the local one, with or without decay; elements no
 // range names are left alone.
 TEST(AdamWKernelRanges, EachRangeStepsLikeTheReferenceOnItsElements) {
   KernelBench kb;
   Rng rng(34);
   const int64_t n = 3000, state = 1700;
-  const Vec start = round_to(DType::f32, rng.normal(n, 0.5));
-  const Vec grad = round_to(DType::f32, rng.normal(state, 0.02));
-  Tensor t_master = kb.upload(DType::f32, {n}, start);
-  Tensor t_grad = kb.upload(DType::f32, {state}, grad);
+  const Vec start = round_to(DType::f32, rng.normal(state, 0.5));
+  const Vec grad = round_to(DType::f32, rng.normal(n, 0.02));
+  Tensor t_master = kb.upload(DType::f32, {state}, start);
+  Tensor t_grad = kb.upload(DType::f32, {n}, grad);
   Tensor t_m = kb.upload(DType::f32, {state}, Vec(state, 0.0));
   Tensor t_v = kb.upload(DType::f32, {state}, Vec(state, 0.0));
   Tensor copy = kb.poisoned(DType::bf16, {n});
   kb.be().fill(copy, 0.0f);
-  const std::vector<AdamWRange> ranges = {{.flat = 0, .local = 0, .count = 1000, .weight_decay = true},
-                                          {.flat = 1500, .local = 1000, .count = 700, .weight_decay = false}};
+  const std::vector<AdamWRange> ranges = {
+      {.flat = 0, .local = 0, .count = 1000, .master = 700, .weight_decay = true},
+      {.flat = 1500, .local = 1000, .count = 700, .master = 0, .weight_decay = false}};
   AdamWStep s;
   s.lr = 3e-3f;
   s.weight_decay = 0.1f;
   s.step = 1;
   kb.be().adamw(t_master, t_grad, t_m, t_v, copy, ranges, s);
   const Vec got = kb.download(t_master), got_copy = kb.download(copy);
-  Vec want = start;
+  Vec want = start, want_copy(n, 0.0);
   for (const AdamWRange& r : ranges) {
-    Vec part(start.begin() + r.flat, start.begin() + r.flat + r.count);
-    Vec g(grad.begin() + r.local, grad.begin() + r.local + r.count), m(r.count, 0.0), v(r.count, 0.0);
+    Vec part(start.begin() + r.master, start.begin() + r.master + r.count);
+    Vec g(grad.begin() + r.flat, grad.begin() + r.flat + r.count), m(r.count, 0.0), v(r.count, 0.0);
     AdamWStep rs = s;
     rs.weight_decay = r.weight_decay ? s.weight_decay : 0.0f;
     ref::adamw(part, g, m, v, rs);
-    std::copy(part.begin(), part.end(), want.begin() + r.flat);
+    std::copy(part.begin(), part.end(), want.begin() + r.master);
+    for (int64_t i = 0; i < r.count; ++i) want_copy[r.flat + i] = ref::round_to_bf16(part[i]);
   }
-  EXPECT_TRUE(close(got, want, kTolF32, "adamw over two ranges"));
+  EXPECT_TRUE(close(got, want, kTolF32, "adamw master over two ranges"));
+  EXPECT_TRUE(close(got_copy, want_copy, 1e-2, "adamw compute copy at the flat offsets"));
   for (int64_t i : {int64_t{1000}, int64_t{1499}, int64_t{2200}, n - 1}) {
-    EXPECT_EQ(got[i], start[i]) << "element " << i << " is in no range";
     EXPECT_EQ(got_copy[i], 0.0) << "copy element " << i << " is in no range";
   }
-  EXPECT_EQ(got_copy[5], ref::round_to_bf16(got[5]));
+  EXPECT_EQ(got_copy[5], ref::round_to_bf16(got[705]));
+  EXPECT_EQ(got_copy[1500], ref::round_to_bf16(got[0]));
 }
 
 INSTANTIATE_TEST_SUITE_P(ComputeCopy, AdamWKernel, ::testing::Values(0, 1, 2),

@@ -396,12 +396,12 @@ TEST(GpuOptim, AdamWSeveralSteps) {
       s.weight_decay = 0.1f;
       s.step = step;
       s.grad_scale = 0.37f;
-      // Three ranges, as ZeRO-1 cuts them: local offsets that are not the flat ones, and
-      // ranges with and without weight decay.
+      // Three ranges, as ZeRO-1 cuts them: local offsets (moments and the sharded master)
+      // that are not the flat ones, and ranges with and without weight decay.
       const std::vector<AdamWRange> ranges = {
-          {.flat = 0, .local = 100, .count = 300, .weight_decay = true},
-          {.flat = 300, .local = 0, .count = 100, .weight_decay = false},
-          {.flat = 400, .local = 400, .count = n - 400, .weight_decay = true}};
+          {.flat = 0, .local = 100, .count = 300, .master = 100, .weight_decay = true},
+          {.flat = 300, .local = 0, .count = 100, .master = 0, .weight_decay = false},
+          {.flat = 400, .local = 400, .count = n - 400, .master = 400, .weight_decay = true}};
       b.cpu().adamw(master.cpu, grad.cpu, m.cpu, v.cpu, c.has_copy ? copy.cpu : Tensor{}, ranges, s);
       b.gpu().adamw(master.gpu, grad.gpu, m.gpu, v.gpu, c.has_copy ? copy.gpu : Tensor{}, ranges, s);
     }

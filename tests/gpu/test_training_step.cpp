@@ -57,7 +57,8 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   const ParamStore& ps = solo.model().params();
   for (int i = 0; i < static_cast<int>(ps.size()); ++i) {
     if (ps.info(i).name != "layers.0.attn.qkv.weight") continue;
-    const Tensor w = ps.master(i);
+    // One rank: the optimizer's master is whole and in flat order, in either precision.
+    const Tensor w = solo.parts().optimizer.master().rows(ps.info(i).flat_offset, ps.info(i).numel());
     std::vector<float> host(static_cast<size_t>(w.numel()));
     backend.to_host(host.data(), w);
     run.weights.assign(host.begin(), host.end());

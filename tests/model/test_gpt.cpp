@@ -60,7 +60,7 @@ TEST(Gpt, GradientMatchesCentralFiniteDifferences) {
   GptModel model(cfg, o, *f.backend, *f.world);
   model.initialize(42);
   // Larger weights than the 0.02 init make the loss surface less flat, so FD in fp32 resolves it.
-  Tensor all = model.params().all_master();
+  Tensor all = model.params().all_weights();  // fp32: the master
   for (int64_t i = 0; i < all.numel(); ++i) {
     all.as<float>()[i] += 0.15f * std::sin(0.37f * static_cast<float>(i));
   }

@@ -35,9 +35,12 @@ struct AdamWStep {
 };
 
 // One range an optimizer step updates: `count` elements at `flat` in the flat parameter
-// buffers (master weights, compute copy) and at `local` in the gradient and the moments.
+// buffers (gradient, compute copy), at `local` in the moments and at `master` in the fp32
+// master weights (the optimizer's shard, indexed like the moments, in mixed precision; the
+// flat weights themselves in fp32).
 struct AdamWRange {
   int64_t flat = 0, local = 0, count = 0;
+  int64_t master = 0;
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
 };
 
@@ -138,7 +141,8 @@ class Backend {
 
   // ---- optimizer and reductions over the flat buffers (f32 master, grads and state) ----
   // AdamW on every range in one pass (llm.c's gpt2_update: one launch, not one per tensor):
-  // master and compute_copy are indexed by AdamWRange::flat, grad, m and v by ::local.
+  // grad and compute_copy are indexed by AdamWRange::flat, m and v by ::local, master by
+  // ::master.
   // compute_copy (may be empty) receives the new weights in the compute dtype (the bf16
   // copy in mixed precision).
   virtual void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,

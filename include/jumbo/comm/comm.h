@@ -41,9 +41,13 @@ class Comm {
   virtual void all_reduce_coalesced(std::span<const Tensor> ts, ReduceOp op) = 0;
   // in holds size() equal blocks; out (one block) receives this rank's block of the sum.
   virtual void reduce_scatter(Tensor in, Tensor out) = 0;
+  // The same, non-blocking and in place: pass out = in's block of this rank (NCCL's and the
+  // MPI ring's in-place form; no temporary of `in`). in's other blocks are undefined after.
   virtual CommRequest ireduce_scatter(Tensor in, Tensor out) = 0;
   // out (size() blocks) receives every rank's `in` in rank order.
   virtual void all_gather(Tensor in, Tensor out) = 0;
+  // The same, non-blocking; in place when `in` is out's block of this rank.
+  virtual CommRequest iall_gather(Tensor in, Tensor out) = 0;
   virtual void broadcast(Tensor t, int root) = 0;
   virtual CommRequest isend(Tensor t, int peer, int tag) = 0;
   virtual CommRequest irecv(Tensor t, int peer, int tag) = 0;
@@ -70,6 +74,10 @@ class Comm {
  protected:
   uint64_t bytes_sent_ = 0;
 };
+
+// MpiComm runs its non-blocking collectives (the data-parallel buckets) as in-place rings
+// with one staging piece of this many bytes per communicator that uses them.
+inline constexpr int64_t kMpiRingStagingBytes = int64_t{4} << 20;
 
 // A process started by a launcher (mpirun, srun, any PMI/PMIx launcher: their environment
 // variables say so) runs MPI; one started alone does not start MPI at all and its world is a

@@ -12,6 +12,7 @@
 // cross-entropy); with one rank those are no-ops.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -117,6 +118,12 @@ class GptModel {
   // flat buffer towards its start). Data parallelism starts bucket reductions from it. The
   // tied embedding (offset 0) is never reported: it still needs the embedding-group sum.
   void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
+  // Called during forward before the weights at flat offsets below the argument are first
+  // read (the embedding, each layer, the head): ZeRO's weight all-gather is waited for
+  // bucket by bucket there, so it overlaps the forward.
+  void set_weights_needed_hook(std::function<void(int64_t)> hook) {
+    weights_needed_ = std::move(hook);
+  }
   // The tied embedding's gradient (first and last stage), or an empty tensor.
   Tensor embedding_grad() { return wte_ >= 0 ? params_.grad(wte_) : Tensor{}; }
 
@@ -184,6 +191,9 @@ class GptModel {
   int64_t losses_recorded_ = 0;     // microbatches in loss_record_
   std::vector<float> host_losses_;  // its host copy
   std::function<void(int64_t)> grads_ready_;
+  std::function<void(int64_t)> weights_needed_;
+  // Flat offsets just past the weights a part of the forward reads.
+  int64_t flat_end(std::initializer_list<int> params) const;
 };
 
 }  // namespace jumbo

@@ -23,5 +23,9 @@ struct Slice {
 // Fills out[slice.numel()] with std * N(0,1) for the slice's global indices (row-major).
 void init_normal_slice(float* out, uint64_t seed, std::string_view name, const Slice& slice,
                        float std);
+// The same for the slice's elements [begin, begin + count) in row-major order (a ZeRO shard
+// of the master, or a chunk of a tensor).
+void init_normal_range(float* out, uint64_t seed, std::string_view name, const Slice& slice,
+                       float std, int64_t begin, int64_t count);
 
 }  // namespace jumbo

@@ -1,8 +1,10 @@
 #pragma once
-// ParamStore: every parameter of this rank's stage in three flat buffers (Megatron's
-// contiguous buffers): f32 master weights, f32 main grads, and the compute copy (bf16 in
-// mixed precision; the master itself in fp32). Flat buffers make the optimizer, the grad norm
-// and the data-parallel buckets single passes over memory.
+// ParamStore: every parameter of this rank's stage in two flat buffers (Megatron's
+// contiguous buffers): the weights in the compute dtype and the f32 main grads. In fp32 the
+// weights are the master weights; in mixed precision (bf16 weights) the f32 master is the
+// optimizer's (train/optimizer.h), sharded over data parallelism with ZeRO. Flat buffers make
+// the optimizer, the grad norm and the data-parallel buckets single passes over memory.
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,26 +43,27 @@ class ParamStore {
   // Registers a parameter (before allocate); returns its index.
   int add(ParamInfo info);
   // Allocates the flat buffers, their length padded to a multiple of `multiple` (data-parallel
-  // shards divide it); compute dtype f32 aliases the master weights. Without gradients,
-  // grad() and all_grads() are empty tensors.
+  // shards divide it). Without gradients, grad() and all_grads() are empty tensors.
   void allocate(Backend& backend, DType compute_dtype, int64_t multiple = 1,
                 GradBuffer grads = GradBuffer::allocated);
   // Pads the flat length to a multiple of `multiple` without allocating (layout only).
   void pad_to(int64_t multiple) { total_ = (total_ + multiple - 1) / multiple * multiple; }
-  // Initialises every master weight from (seed, name, global index) and refreshes the copy.
+  // Initialises every weight from (seed, name, global index), in the compute dtype.
   void initialize(Backend& backend, uint64_t seed);
-  // Copies master weights into the compute copy (no-op in fp32).
-  void refresh_compute_copy(Backend& backend);
+  // The f32 initial values of elements [begin, begin + count) of parameter i (row-major in
+  // its slice) for `seed`: what initialize() rounds to the compute dtype, and what the
+  // optimizer's master starts from. The one rule for initial values.
+  void initial_values(int i, uint64_t seed, int64_t begin, int64_t count, float* out) const;
+  // The seed of the last initialize(), if any.
+  std::optional<uint64_t> init_seed() const { return init_seed_; }
 
   size_t size() const { return params_.size(); }
   const ParamInfo& info(int i) const { return params_[i]; }
   int64_t total_numel() const { return total_; }
-  Tensor master(int i) const;
   Tensor grad(int i) const;
-  Tensor weight(int i) const;  // compute copy, in the parameter's shape
-  Tensor all_master() const { return flat(master_, DType::f32); }
+  Tensor weight(int i) const;  // in the compute dtype and the parameter's shape
   Tensor all_grads() const { return flat(grads_, DType::f32); }
-  Tensor all_compute() const { return flat(compute_, compute_dtype_); }
+  Tensor all_weights() const { return flat(weights_, compute_dtype_); }
   DType compute_dtype() const { return compute_dtype_; }
   bool mixed_precision() const { return compute_dtype_ != DType::f32; }
   size_t bytes() const { return arena_.used(); }
@@ -72,10 +75,10 @@ class ParamStore {
   int64_t total_ = 0;
   Arena arena_;
   Device device_ = Device::cpu;  // where the flat buffers live (the backend's device)
-  void* master_ = nullptr;
+  void* weights_ = nullptr;
   void* grads_ = nullptr;
-  void* compute_ = nullptr;
   DType compute_dtype_ = DType::f32;
+  std::optional<uint64_t> init_seed_;
 };
 
 }  // namespace jumbo

@@ -14,10 +14,10 @@ struct ProcessGroups {
   Comm& pp;         // this rank's pipeline; rank = stage
   Comm& dp;         // the data-parallel replicas of this rank's slice of the model
   Comm& embedding;  // first and last stage of the pipeline: the tied embedding's two copies
-  Comm& grad_norm;  // sums the grad norm's squares: model parallel, or the world under ZeRO-1
+  Comm& grad_norm;  // sums the grad norm's squares (every rank adds its dp shard): the world
 };
 
 // The groups of `grid` for `layout` (the grid was built for it).
-ProcessGroups process_groups(Grid& grid, const Layout& layout);
+ProcessGroups process_groups(Grid& grid);
 
 }  // namespace jumbo

@@ -30,6 +30,9 @@ struct PipelineRun {
   // train: installed for the last microbatch's backward (GptModel::set_grads_ready_hook):
   // called each time every gradient at flat offset >= its argument is final.
   std::function<void(int64_t)> grads_ready;
+  // Installed for the run's forwards (GptModel::set_weights_needed_hook): called before the
+  // weights below its argument are first read (ZeRO's overlapped weight gather).
+  std::function<void(int64_t)> weights_needed;
   // forward_only: when set, the per-token losses are appended here (on the stage with the
   // head, in microbatch and token order) and run() returns their sum.
   std::vector<float>* token_losses = nullptr;

@@ -12,13 +12,19 @@
 namespace jumbo {
 
 // A range of the flat parameter buffer this rank updates; `local` indexes the optimizer
-// state and the gradient source (the flat grads, or the owned-shard grads under ZeRO-1).
+// state (Adam's moments and, in mixed precision, the fp32 master): the whole buffer, or the
+// rank's shards packed under ZeRO-1. Gradients are read at `flat` (ZeRO-1 reduce-scatters
+// each bucket in place, so the owned shard's gradient sits where its weights do).
 struct OptimRange {
   int64_t flat = 0;
   int64_t local = 0;
   int64_t count = 0;
   int param = 0;  // index in the ParamStore
 };
+
+// Where the fp32 master weight of a range lives: in the flat weights themselves (fp32), or
+// in the optimizer's state at `local` (mixed precision: bf16 weights, sharded f32 master).
+enum class MasterIndex { flat, local };
 
 // Bucket bounds [begin, end) of a flat buffer of `total` elements (a multiple of dp_size):
 // buckets of bucket_elems rounded up to a multiple of dp, the last one shorter.
@@ -38,8 +44,8 @@ std::vector<OptimRange> all_param_ranges(const ParamStore& params);
 
 // The part of `ranges` this rank adds to the global gradient norm: without the parameters
 // replicated over tp on tp ranks other than 0, and without the last stage's copy of the tied
-// embedding. Summed over the right group (model parallel, or the world under ZeRO-1), their
-// squares are the norm's square, every element counted once.
+// embedding. Given the rank's dp shards (ZeRO-1's ranges, whether or not ZeRO-1 is on) and
+// summed over the world, their squares are the norm's square, every element counted once.
 std::vector<OptimRange> grad_norm_ranges(const ParamStore& params,
                                          const std::vector<OptimRange>& ranges, int tp_rank);
 

@@ -27,12 +27,18 @@ struct StatePiece {
 std::vector<StatePiece> state_pieces(const ParamStore& params,
                                      const std::vector<OptimRange>& ranges, StateUse use);
 
-// The same pieces pointing into memory: master weights indexed by flat offset, the moments by
+// Where the master weights are in memory and how they are indexed (train/optimizer.h).
+struct MasterMemory {
+  float* base = nullptr;
+  MasterIndex index = MasterIndex::flat;
+};
+
+// The same pieces pointing into memory: the master as `master` says, the moments by
 // optimizer-state offset.
 std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
                                               const std::vector<OptimRange>& ranges,
-                                              float* master, float* exp_avg, float* exp_avg_sq,
-                                              StateUse use);
+                                              MasterMemory master, float* exp_avg,
+                                              float* exp_avg_sq, StateUse use);
 
 // "tp0-pp1-dp0.h5": the shard file of a rank, named by its grid coordinates.
 std::string shard_file_name(const GridCoords& at);

@@ -9,11 +9,15 @@
 //    group before its bucket (the first, at offset 0: never reported ready) is launched;
 //  - data parallelism: the flat main-grad buffer is cut into buckets (the stage plan's);
 //    backward finishes gradients from the end of the buffer towards its start, and each
-//    bucket is reduced (all-reduce, or reduce-scatter into this rank's shard with ZeRO-1)
-//    as soon as all of it is final, non-blocking.
-// With ZeRO-1 dp rank r owns shard r of every bucket: it receives the reduced gradient of its
-// shards, updates them, and all-gathers the weights.
+//    bucket is reduced (all-reduce, or reduce-scatter in place with ZeRO-1) as soon as all of
+//    it is final, non-blocking.
+// With ZeRO-1 dp rank r owns shard r of every bucket: the reduce-scatter leaves the reduced
+// gradient of its shard where the shard's weights are (no second gradient buffer), the
+// optimizer updates the shard, and the weights are all-gathered bucket by bucket, in place
+// and non-blocking, overlapping the next step's forward (Megatron's overlap_param_gather):
+// the forward waits for a bucket only when a layer first needs it.
 #include <cstdint>
+#include <climits>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -36,20 +40,25 @@ class GradSync {
   // Completes what is left (partial sums, the embedding's copies, the remaining buckets) and
   // waits for everything.
   void finish();
-  // ZeRO-1: all-gather the updated weights of every bucket (the compute copy).
-  void gather_weights();
+  // ZeRO-1: starts the all-gather of the updated weights (the compute copy), bucket by
+  // bucket in flat order. Nothing without ZeRO-1.
+  void start_weight_gather();
+  // Every weight at flat offset < flat_end is gathered (waits for the buckets that hold
+  // them): the forward's hook before each layer.
+  void weights_needed_until(int64_t flat_end);
+  // Every weight is gathered: before anything else reads the weights (evaluation, a save,
+  // the end of a run).
+  void wait_for_weights() { weights_needed_until(INT64_MAX); }
 
-  // The gradients the optimizer reads at OptimRange::local offsets.
-  Tensor optimizer_grads() const;
   bool zero1() const { return zero1_; }
   size_t buckets() const { return buckets_.size(); }
 
  private:
   struct Bucket {
     int64_t begin = 0, end = 0;
-    int64_t owned_local = 0;  // ZeRO-1: where this bucket's owned shard sits in owned_grads_
-    CommRequest request;
+    CommRequest request;  // the gradient reduction
     bool launched = false;
+    CommRequest gather;   // ZeRO-1: the weights' all-gather
   };
   void launch(Bucket& b);
   // Sums over tp the partial gradients at flat offsets >= flat_begin not summed yet.
@@ -69,8 +78,7 @@ class GradSync {
   std::vector<Tensor> partial_grads_;
   size_t partial_done_ = 0;  // the first partial_done_ of them are summed this step
   int tied_embedding_ = -1;            // its parameter index, on the first and last stage
-  Arena owned_arena_;
-  Tensor owned_grads_;
+  size_t gathered_ = 0;                // buckets_[0, gathered_) have their weights
 };
 
 }  // namespace jumbo

@@ -55,6 +55,7 @@ class Trainer {
   // m.val_losses, and their data.valid-weighted mean into m.val_loss.
   void evaluate(StepMetrics& m);
   GptModel& model() { return *model_; }
+  const AdamW& optimizer() const { return *optimizer_; }
   Grid& grid() { return grid_; }
 
  private:

@@ -24,15 +24,15 @@ float sum_squares_block(const float* p, int64_t n) {
 void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
            std::span<const AdamWRange> ranges, const AdamWStep& s) {
   expect(master.dtype == DType::f32 && grad.dtype == DType::f32 && m.dtype == DType::f32 &&
-             v.dtype == DType::f32 && m.numel() == v.numel() && grad.numel() >= m.numel(),
+             v.dtype == DType::f32 && m.numel() == v.numel(),
          "adamw: f32 buffers, moments of one size");
   for (const AdamWRange& r : ranges) {
-    expect(r.count >= 0 && r.flat + r.count <= master.numel() && r.local + r.count <= m.numel(),
+    expect(r.count >= 0 && r.master + r.count <= master.numel() && r.local + r.count <= m.numel() &&
+               r.flat + r.count <= grad.numel() &&
+               (compute_copy.empty() || r.flat + r.count <= compute_copy.numel()),
            "adamw: range inside the buffers");
   }
-  expect(compute_copy.empty() ||
-             (compute_copy.numel() == master.numel() && compute_copy.dtype != DType::i32),
-         "adamw: compute copy the size of the master");
+  expect(compute_copy.empty() || compute_copy.dtype != DType::i32, "adamw: a float compute copy");
   float* p = master.as<float>();
   const float* g = grad.as<float>();
   float* pm = m.as<float>();
@@ -48,8 +48,8 @@ void adamw(Tensor master, Tensor grad, Tensor m, Tensor v, Tensor compute_copy,
     for (const AdamWRange& r : ranges) {
       const int64_t lo = r.count * t / threads, hi = r.count * (t + 1) / threads;
       const float decay = s.lr * (r.weight_decay ? s.weight_decay : 0.0f);
-      float* rp = p + r.flat;
-      const float* rg = g + r.local;
+      float* rp = p + r.master;
+      const float* rg = g + r.flat;
       float* rm = pm + r.local;
       float* rv = pv + r.local;
 #pragma omp simd

@@ -61,6 +61,7 @@ void ce_bwd(cudaStream_t stream, Tensor dlogits, Tensor logits, Tensor max, Tens
 // A piece of one range that one block handles.
 struct RangeChunk {
   int64_t flat, local, count;
+  int64_t master;  // AdamW: where the chunk's fp32 master starts
   int32_t item;  // the range's index
   int32_t flag;  // AdamW: the range decays
 };

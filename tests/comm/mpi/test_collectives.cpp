@@ -81,6 +81,65 @@ TEST(Collectives, NonBlockingAllReduceAndBytesSent) {
   EXPECT_EQ(w->bytes_sent(), w->size() > 1 ? 4000u : 0u) << "a group of one sends nothing";
 }
 
+// The data-parallel rings (MpiComm's non-blocking collectives): in place, blocks larger than
+// the staging piece (so several messages per ring step), several in flight at once (the
+// buckets of a step), and exact integer-valued sums so any misplaced block shows.
+TEST(RingCollectives, InPlaceReduceScatterAndAllGatherOfBuckets) {
+  auto w = world();
+  const int n = w->size(), r = w->rank();
+  const int64_t block = kMpiRingStagingBytes / 4 + 37;  // two pieces per ring step
+  std::vector<float> grads(static_cast<size_t>(block * n)), weights(grads.size(), -1.0f);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = float((i % 1000) + r);
+  // Two buckets in flight, as GradSync launches them.
+  const int64_t half = block * n / 2 / n * n;
+  Tensor all(grads.data(), DType::f32, {block * n});
+  Tensor b0 = all.rows(0, half), b1 = all.rows(half, block * n - half);
+  CommRequest q1 = w->ireduce_scatter(b1, b1.rows(r * (b1.numel() / n), b1.numel() / n));
+  CommRequest q0 = w->ireduce_scatter(b0, b0.rows(r * (b0.numel() / n), b0.numel() / n));
+  w->wait(q1);
+  w->wait(q0);
+  const float ranks = float(n * (n - 1) / 2);
+  for (Tensor b : {b0, b1}) {
+    const int64_t shard = b.numel() / n;
+    const int64_t first = (b.as<float>() - grads.data()) + r * shard;
+    for (int64_t k = 0; k < shard; k += 997) {
+      const int64_t i = first + k;
+      ASSERT_EQ(grads[i], float(n) * float(i % 1000) + ranks) << "element " << i;
+    }
+  }
+  // All-gather in place: every rank's block r holds r + 0.5; afterwards every block does.
+  for (int64_t k = 0; k < block; ++k) weights[r * block + k] = float(r) + 0.5f;
+  Tensor wt(weights.data(), DType::f32, {block * n});
+  CommRequest g = w->iall_gather(wt.rows(r * block, block), wt);
+  w->wait(g);
+  for (int q = 0; q < n; ++q) {
+    EXPECT_EQ(weights[q * block], float(q) + 0.5f) << "block " << q;
+    EXPECT_EQ(weights[q * block + block - 1], float(q) + 0.5f) << "block " << q;
+  }
+}
+
+TEST(RingCollectives, Bf16GatherAndDistinctOutputs) {
+  auto w = world();
+  const int n = w->size(), r = w->rank();
+  // bf16 weights gathered from a separate input buffer.
+  std::vector<bf16> mine(5, f32_to_bf16(float(r))), all(5 * n, f32_to_bf16(-1.0f));
+  CommRequest g = w->iall_gather(Tensor(mine.data(), DType::bf16, {5}),
+                                 Tensor(all.data(), DType::bf16, {5 * n}));
+  w->wait(g);
+  for (int q = 0; q < n; ++q) EXPECT_EQ(bf16_to_f32(all[q * 5 + 4]), float(q));
+  // A reduce-scatter into a distinct output, bf16 sums added in fp32.
+  std::vector<bf16> in(3 * n, f32_to_bf16(1.0f)), out(3, f32_to_bf16(0.0f));
+  CommRequest q = w->ireduce_scatter(Tensor(in.data(), DType::bf16, {3 * n}),
+                                     Tensor(out.data(), DType::bf16, {3}));
+  w->wait(q);
+  EXPECT_EQ(bf16_to_f32(out[2]), float(n));
+  // An all-reduce whose length the world does not divide takes MPI's own path.
+  std::vector<float> odd(7, 1.0f);
+  CommRequest a = w->iall_reduce(Tensor(odd.data(), DType::f32, {7}), ReduceOp::sum);
+  w->wait(a);
+  EXPECT_EQ(odd[6], float(n));
+}
+
 TEST(Grid, CoordinatesAndGroupsFollowTpThenDpThenPp) {
   auto w = world();
   const int n = w->size();

@@ -27,10 +27,9 @@ void init_weights(ParamStore& params, Backend& backend) {
   params.initialize(backend, kSeed);
   for (size_t i = 0; i < params.size(); ++i) {
     if (params.info(static_cast<int>(i)).name.find("attn.qkv.weight") == std::string::npos) continue;
-    Tensor w = params.master(static_cast<int>(i));
+    Tensor w = params.weight(static_cast<int>(i));  // fp32 on the CPU
     for (int64_t k = 0; k < w.numel(); ++k) w.as<float>()[k] *= 12.0f;
   }
-  params.refresh_compute_copy(backend);
 }
 
 ModelConfig tiny() { return load_model_config(JUMBO_SOURCE_DIR "/inputs/models/tiny.toml"); }

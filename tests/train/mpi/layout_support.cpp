@@ -74,7 +74,7 @@ RefRun solo_run(const RunConfig& cfg) {
     Trainer t(cfg, *backend, solo);
     const TrainSummary s = t.run();
     for (size_t i = 0; i < losses.size(); ++i) losses[i] = static_cast<float>(s.losses[i]);
-    Tensor m = t.model().params().all_master();
+    Tensor m = t.optimizer().master();  // one rank: the whole fp32 master, flat order
     r.reference_weights.assign(m.as<float>(), m.as<float>() + m.numel());
   }
   w->broadcast(Tensor(losses.data(), DType::f32, {10}), 0);
@@ -109,7 +109,7 @@ void expect_same_weights(Trainer& t, const std::vector<float>& ref_flat, double 
     const ParamInfo& p = mine.info(static_cast<int>(i));
     ASSERT_EQ(by_name.count(p.name), 1u) << p.name;
     const ParamInfo& q = one.params().info(by_name[p.name]);
-    const float* got = mine.master(static_cast<int>(i)).as<float>();
+    const float* got = mine.weight(static_cast<int>(i)).as<float>();  // fp32: the master
     const int64_t cols = p.slice.shape.size() == 2 ? p.slice.shape[1] : 1;
     const int64_t gcols = p.slice.global_shape.size() == 2 ? p.slice.global_shape[1] : 1;
     const int64_t col0 = p.slice.offset.size() == 2 ? p.slice.offset[1] : 0;

@@ -77,7 +77,7 @@ TEST(Checkpoint, SameLayoutResumeIsBitIdentical) {
   {
     Trainer t(test::layout_config(2, 2, true, "fp32"), *backend, w);
     full = t.run().losses;
-    Tensor m = t.model().params().all_master();
+    Tensor m = t.model().params().all_weights();
     full_weights.assign(m.as<float>(), m.as<float>() + m.numel());
   }
   const std::string dir = saved_at_step_5();
@@ -90,7 +90,7 @@ TEST(Checkpoint, SameLayoutResumeIsBitIdentical) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(s.losses[i], full[5 + i]) << "step " << 6 + i << " differs after the resume";
   }
-  Tensor m = t.model().params().all_master();
+  Tensor m = t.model().params().all_weights();
   ASSERT_EQ(static_cast<size_t>(m.numel()), full_weights.size());
   EXPECT_EQ(std::memcmp(m.data, full_weights.data(), m.bytes()), 0)
       << "final weights differ from the uninterrupted run";
@@ -147,7 +147,7 @@ TEST(Checkpoint, ConvertedCheckpointLoadsLikeTheOriginal) {
     auto backend = make_cpu_backend();
     Trainer t(resuming_config(4, 1, false, dir), *backend, w);
     losses.push_back(t.run().losses);
-    Tensor m = t.model().params().all_master();
+    Tensor m = t.model().params().all_weights();
     weights.emplace_back(m.as<float>(), m.as<float>() + m.numel());
   }
   EXPECT_EQ(losses[0], losses[1]);

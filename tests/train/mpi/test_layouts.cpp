@@ -140,7 +140,8 @@ TEST(Layouts, ExplicitUnevenStageSplitMatchesOneRank) {
 // (two forward, two backward), once for the embedding, and on the last stage 3 N f32 for the
 // cross-entropy parts plus N h e for the head's input gradient; pipeline sends N h e forward
 // (not on the last stage) and backward (not on the first); data parallel reduces the flat f32
-// grads once (plus, with ZeRO-1, all-gathers this rank's 1/dp of the compute weights); the
+// grads once (plus, with ZeRO-1, all-gathers this rank's 1/dp of the compute weights, 2
+// bytes each in bf16); the
 // embedding group sums the tied embedding's f32 gradient.
 TEST(CommBytes, EveryGroupSendsWhatTheLayoutImplies) {
   auto w = mpi_world();
@@ -172,6 +173,18 @@ TEST(CommBytes, EveryGroupSendsWhatTheLayoutImplies) {
     const uint64_t wte = first || last ? t.model().embedding_grad().numel() * 4 : 0;
     EXPECT_EQ(g.embedding().bytes_sent(), pp > 1 ? wte : 0) << "embedding";
   }
+  // bf16: the grads are still reduced in f32; ZeRO-1 gathers the bf16 weights, half the
+  // bytes of the fp32 gather.
+  RunConfig cfg = layout_config(tp, pp, true, "bf16");
+  cfg.log.comm = true;
+  cfg.train.steps = 2;
+  auto backend = make_cpu_backend();
+  Trainer t(cfg, *backend, w);
+  t.run();
+  Grid& g = t.grid();
+  const uint64_t total = t.model().params().total_numel();
+  EXPECT_EQ(g.dp().bytes_sent(), g.dp_size() > 1 ? total * 4 + total / g.dp_size() * 2 : 0)
+      << "dp, bf16 ZeRO-1";
 }
 
 }  // namespace

@@ -1,0 +1,148 @@
+#include "mpi_ring.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "jumbo/backend/bf16.h"
+
+namespace jumbo {
+
+RingCollectives::RingCollectives(MPI_Comm comm, int rank, int size, const std::string& name)
+    : rank_(rank), size_(size), name_(name) {
+  MPI_Comm_dup(comm, &comm_);
+  staging_.resize(static_cast<size_t>(kPieceElems) * 4);
+  done_.assign(kMaxInFlight, true);
+  for (int s = kMaxInFlight; s-- > 0;) free_.push_back(s);
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  threaded_ = provided == MPI_THREAD_MULTIPLE;
+  if (threaded_) thread_ = std::thread([this] { loop(); });
+}
+
+RingCollectives::~RingCollectives() {
+  if (threaded_) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+int RingCollectives::submit(RingKind kind, Tensor whole) {
+  if (whole.numel() % size_ != 0) {
+    throw std::logic_error(fmt::format("{}: ring over {} ranks of {}", name_, size_,
+                                       whole.describe()));
+  }
+  if (kind != RingKind::all_gather && !reducible(whole.dtype)) {
+    throw std::logic_error(fmt::format("{}: ring reduction of {}", name_, whole.describe()));
+  }
+  std::unique_lock lock(mu_);
+  if (free_.empty()) {
+    throw std::logic_error(fmt::format("{}: more than {} ring operations in flight", name_,
+                                       kMaxInFlight));
+  }
+  const int slot = free_.back();
+  free_.pop_back();
+  done_[static_cast<size_t>(slot)] = false;
+  if (!threaded_) {
+    lock.unlock();
+    run({kind, whole, slot});
+    lock.lock();
+    done_[static_cast<size_t>(slot)] = true;
+    return slot;
+  }
+  queue_.push_back({kind, whole, slot});
+  cv_.notify_all();
+  return slot;
+}
+
+void RingCollectives::wait(int slot) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return done_[static_cast<size_t>(slot)]; });
+  free_.push_back(slot);
+}
+
+void RingCollectives::loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      op = queue_.front();
+      queue_.pop_front();
+    }
+    run(op);
+    {
+      std::lock_guard lock(mu_);
+      done_[static_cast<size_t>(op.slot)] = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+void RingCollectives::run(const Op& op) {
+  char* base = static_cast<char*>(op.whole.data);
+  const int64_t block = op.whole.numel() / size_;
+  if (op.kind != RingKind::all_gather) reduce_scatter(base, op.whole.dtype, block);
+  if (op.kind != RingKind::reduce_scatter) all_gather(base, op.whole.dtype, block);
+}
+
+// Step s (of size - 1): send block r - s - 1 to the next rank, receive block r - s - 2 from
+// the previous one and add it into ours. After the last step block r has every rank's part.
+void RingCollectives::reduce_scatter(char* base, DType t, int64_t block) {
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  const size_t elem = dtype_size(t);
+  for (int s = 0; s < size_ - 1; ++s) {
+    const int64_t send_block = (rank_ - s - 1 + 2 * size_) % size_;
+    const int64_t recv_block = (rank_ - s - 2 + 2 * size_) % size_;
+    for (int64_t at = 0; at < block; at += kPieceElems) {
+      const int count = static_cast<int>(std::min(kPieceElems, block - at));
+      const int bytes = count * static_cast<int>(elem);
+      char* send = base + static_cast<size_t>(send_block * block + at) * elem;
+      char* into = base + static_cast<size_t>(recv_block * block + at) * elem;
+      MPI_Sendrecv(send, bytes, MPI_BYTE, next, 0, staging_.data(), bytes, MPI_BYTE, prev, 0,
+                   comm_, MPI_STATUS_IGNORE);
+      add_into(into, t, count);
+    }
+  }
+}
+
+// Step s: send block r - s (ours first, then the one just received) to the next rank and
+// receive block r - s - 1 from the previous one, straight into place.
+void RingCollectives::all_gather(char* base, DType t, int64_t block) {
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  const size_t elem = dtype_size(t);
+  for (int s = 0; s < size_ - 1; ++s) {
+    const int64_t send_block = (rank_ - s + 2 * size_) % size_;
+    const int64_t recv_block = (rank_ - s - 1 + 2 * size_) % size_;
+    for (int64_t at = 0; at < block; at += kPieceElems) {
+      const int bytes = static_cast<int>(std::min(kPieceElems, block - at) * static_cast<int64_t>(elem));
+      MPI_Sendrecv(base + static_cast<size_t>(send_block * block + at) * elem, bytes, MPI_BYTE,
+                   next, 1, base + static_cast<size_t>(recv_block * block + at) * elem, bytes,
+                   MPI_BYTE, prev, 1, comm_, MPI_STATUS_IGNORE);
+    }
+  }
+}
+
+void RingCollectives::add_into(char* dst, DType t, int64_t count) const {
+  if (t == DType::f32) {
+    float* d = reinterpret_cast<float*>(dst);
+    const float* a = reinterpret_cast<const float*>(staging_.data());
+    for (int64_t i = 0; i < count; ++i) d[i] += a[i];
+    return;
+  }
+  bf16* d = reinterpret_cast<bf16*>(dst);
+  const bf16* a = reinterpret_cast<const bf16*>(staging_.data());
+  for (int64_t i = 0; i < count; ++i) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(a[i]));
+}
+
+}  // namespace jumbo
