@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,10 +12,23 @@
 #include "verbs.h"
 
 namespace jumbo::cli {
+namespace {
+
+// The whole of `text` as a finite number, or NaN. Read here rather than by CLI11 so that a
+// bad value gets the one-line error and exit status 2 of every other plan flag.
+double parse_number(const std::string& text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  return ec == std::errc() && ptr == end && std::isfinite(v) ? v : std::nan("");
+}
+
+}  // namespace
 
 void add_plan_verb(CLI::App& app, VerbRunner& run) {
   struct Args {
-    std::string model, config, gpu = "a100-40gb", precision = "bf16";
+    std::string model, config, gpu = "a100-40gb", precision = "bf16", tokens,
+        price = fmt::format("{}", kP4dOnDemandUsdPerNodeHour);
     std::vector<std::string> overrides;
     int64_t nodes = 0, gpus_per_node = 8, global_batch = 0, seq = 0;
     size_t limit = 20;
@@ -34,6 +49,12 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
                   "sequences per step (default: the run config's, else 1536 = 3.2M tokens of 2048)");
   cmd->add_option("--seq", args->seq, "tokens per sequence (default: model.context)");
   cmd->add_option("--precision", args->precision, "bf16 or fp32")->capture_default_str();
+  cmd->add_option("--tokens", args->tokens,
+                  "tokens to train on, e.g. 300e9: adds est. days, GPU-hours and cost per layout");
+  cmd->add_option("--price-per-node-hour", args->price,
+                  "USD per node-hour for the cost (default: p4d.24xlarge on demand, us-east-1; "
+                  "pass your own negotiated or reserved price)")
+      ->capture_default_str();
   cmd->add_option("--limit", args->limit, "rows to print; 0 = all")->capture_default_str();
   cmd->add_flag("--best", args->best,
                 "print only the recommended layout as --set overrides (for sbatch scripts)");
@@ -75,6 +96,18 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
       r.target.seq = args->seq;
       r.target.device = PlanDevice::gpu;
       r.target.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      if (!args->tokens.empty()) {
+        r.tokens = parse_number(args->tokens);
+        if (!(r.tokens > 0))
+          throw UserError(fmt::format("jumbo plan: --tokens {}: expected a finite number > 0, "
+                                      "e.g. 300e9",
+                                      args->tokens));
+      }
+      r.price_per_node_hour = parse_number(args->price);
+      if (!(r.price_per_node_hour >= 0))
+        throw UserError(fmt::format("jumbo plan: --price-per-node-hour {}: expected a finite "
+                                    "number of USD >= 0, e.g. 32.7726",
+                                    args->price));
       int64_t searched = 0;
       const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
       if (args->best) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "jumbo/model/flops.h"
 
@@ -13,26 +15,44 @@ namespace jumbo {
 namespace {
 
 constexpr double kGemmEfficiency = 0.6;  // share of peak a large bf16 GEMM sustains
+// layout_bound's thresholds (docs/plan.md "Time and cost to train").
+constexpr double kMemoryBoundShare = 0.9;    // of the GPU's memory
+constexpr double kOverheadBoundShare = 0.1;  // of the step time
 
 double gib(double bytes) { return bytes / static_cast<double>(1ull << 30); }
 
 bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
+
+// 300B, 590k, 2.41M: three significant figures for the table's counts and dollars.
+std::string short_amount(double x) {
+  static constexpr std::pair<double, const char*> kScales[] = {
+      {1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}, {1, ""}};
+  for (const auto& [scale, suffix] : kScales) {
+    if (x < scale && scale > 1) continue;
+    const double v = x / scale;
+    return fmt::format("{:.{}f}{}", v, v >= 100 ? 0 : v >= 10 ? 1 : 2, suffix);
+  }
+  return "?";
+}
+
+std::string short_days(double d) { return fmt::format("{:.{}f}", d, d >= 1 ? 1 : 3); }
 
 }  // namespace
 
 void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const Layout& l = c.layout;
   const ModelConfig& m = r.model;
-  const int64_t seq = r.target.seq > 0 ? r.target.seq : m.context;
+  const int64_t seq = r.seq();
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
   const double peak = r.gpu.bf16_tflops * 1e12;
   const double model_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
   // Full recomputation runs each layer's forward twice: 4/3 of the model FLOPs.
   const bool full = l.recompute == Recompute::full;
   const double hw_flops = model_flops * (full ? 4.0 / 3.0 : 1.0);
-  const double compute = hw_flops / (world * peak * kGemmEfficiency);
+  c.compute_s = hw_flops / (world * peak * kGemmEfficiency);
   const int64_t micro = c.memory.microbatches;
   c.bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.virtual_stages * micro);
+  c.bubble_s = c.compute_s * c.bubble;
 
   // Tensor parallelism: per layer and microbatch two collectives forward and two backward
   // (two more when the forward is recomputed), each of the b s h bf16 activations, over a
@@ -41,7 +61,7 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double ring = l.tp > 1 ? 2.0 * static_cast<double>(l.tp - 1) / static_cast<double>(l.tp) : 0;
   const double passes = full ? 6 : 4;
   const double layers = static_cast<double>(c.memory.layers);
-  const double tp_time =
+  c.tp_comm_s =
       layers * static_cast<double>(micro) * passes * ring * act_bytes / (r.gpu.nvlink_bus_gbps * 1e9);
   // Data parallelism: reduce-scatter (or all-reduce) of the f32 main grads and, with
   // ZeRO-1, the all-gather of bf16 weights, over the node's EFA shared by its GPUs. Counted
@@ -50,12 +70,12 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double n = static_cast<double>(c.memory.params);
   const double dp_ring = l.dp > 1 ? static_cast<double>(l.dp - 1) / static_cast<double>(l.dp) : 0;
   const double dp_bytes = l.zero1_active() ? dp_ring * (4 * n + 2 * n) : 2 * dp_ring * 4 * n;
-  const double dp_time = dp_bytes / per_gpu_net;
+  c.dp_comm_s = dp_bytes / per_gpu_net;
   // Pipeline: each microbatch's activations cross to the next stage and their gradients back.
-  const double pp_time = l.pp > 1 ? static_cast<double>(micro) * 2 * act_bytes /
-                                        static_cast<double>(l.sequence_parallel_active() ? l.tp : 1) / per_gpu_net
-                                  : 0;
-  c.step_time_s = compute * (1 + c.bubble) + tp_time + dp_time + pp_time;
+  c.pp_comm_s = l.pp > 1 ? static_cast<double>(micro) * 2 * act_bytes /
+                               static_cast<double>(l.sequence_parallel_active() ? l.tp : 1) / per_gpu_net
+                         : 0;
+  c.step_time_s = c.compute_s + c.bubble_s + c.comm_s();
   c.mfu = model_flops / (c.step_time_s * world * peak);
 }
 
@@ -68,10 +88,19 @@ PlanCandidate evaluate_layout(const PlanRequest& r, const Layout& l) {
   return c;
 }
 
+bool faster_layout(const PlanCandidate& a, const PlanCandidate& b) {
+  const auto key = [](const PlanCandidate& c) {
+    const Layout& l = c.layout;
+    return std::make_tuple(c.step_time_s, c.memory.total(), l.tp, l.pp, l.micro_batch,
+                           l.recompute == Recompute::full, l.zero1_active());
+  };
+  return key(a) < key(b);
+}
+
 std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searched) {
   const ModelConfig& m = r.model;
   const int64_t world = r.world();
-  const int64_t seq = r.target.seq > 0 ? r.target.seq : m.context;
+  const int64_t seq = r.seq();
   std::vector<PlanCandidate> fitting;
   int64_t count = 0;
   for (int64_t tp = 1; tp <= r.gpus_per_node; tp *= 2) {
@@ -97,21 +126,42 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
       }
     }
   }
-  std::stable_sort(fitting.begin(), fitting.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
-    return a.memory.total() > b.memory.total();
-  });
+  std::sort(fitting.begin(), fitting.end(), faster_layout);
   if (searched) *searched = count;
   return fitting;
 }
 
 const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fitting) {
-  const PlanCandidate* best = nullptr;
-  for (const PlanCandidate& c : fitting) {
-    if (!best || c.mfu > best->mfu + 1e-9 ||
-        (std::abs(c.mfu - best->mfu) <= 1e-9 && c.memory.total() < best->memory.total()))
-      best = &c;
+  const auto best = std::min_element(fitting.begin(), fitting.end(), faster_layout);
+  return best == fitting.end() ? nullptr : &*best;
+}
+
+PlanBound layout_bound(const PlanCandidate& c, double gpu_memory_bytes) {
+  if (c.memory.total() > kMemoryBoundShare * gpu_memory_bytes) return PlanBound::memory;
+  const double overhead = std::max(c.bubble_s, c.comm_s());
+  if (overhead < kOverheadBoundShare * c.step_time_s) return PlanBound::compute;
+  return c.bubble_s >= c.comm_s() ? PlanBound::bubble : PlanBound::comm;
+}
+
+const char* to_string(PlanBound b) {
+  switch (b) {
+    case PlanBound::compute: return "compute";
+    case PlanBound::memory: return "memory";
+    case PlanBound::bubble: return "bubble";
+    case PlanBound::comm: return "comm";
   }
-  return best;
+  return "?";
+}
+
+TrainingCost training_cost(const PlanRequest& r, const PlanCandidate& c) {
+  TrainingCost t;
+  const double tokens_per_step = static_cast<double>(r.target.global_batch * r.seq());
+  t.steps = std::ceil(r.tokens / tokens_per_step);
+  t.days = t.steps * c.step_time_s / 86400;
+  const double node_hours = t.days * 24 * static_cast<double>(r.nodes);
+  t.gpu_hours = node_hours * static_cast<double>(r.gpus_per_node);
+  t.usd = node_hours * r.price_per_node_hour;
+  return t;
 }
 
 std::string layout_overrides(const Layout& l) {
@@ -135,43 +185,70 @@ std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const s
 std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& fitting,
                         int64_t searched, size_t limit) {
   const ModelConfig& m = r.model;
-  const int64_t seq = r.target.seq > 0 ? r.target.seq : m.context;
+  const double gpu_bytes = static_cast<double>(r.gpu.memory_bytes);
+  const bool costed = r.tokens > 0;
   std::string out = fmt::format(
       "{}: {:.1f}B parameters on {} x {} = {} x {} ({:.1f} GiB each), global batch {} x {} "
       "tokens, {}\n",
       m.name, static_cast<double>(parameter_count(m)) / 1e9, r.nodes, r.gpu.instance, r.world(),
-      r.gpu.label, gib(static_cast<double>(r.gpu.memory_bytes)), r.target.global_batch, seq,
-      to_string(r.target.precision));
+      r.gpu.label, gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision));
   if (fitting.empty()) {
     out += fmt::format("none of the {} layouts fits in {:.1f} GiB per GPU: more nodes, or a "
                        "GPU with more memory\n",
-                       searched, gib(static_cast<double>(r.gpu.memory_bytes)));
+                       searched, gib(gpu_bytes));
     return out;
   }
+  const std::string price = fmt::format("${:.2f} per node-hour", r.price_per_node_hour);
+  if (costed)
+    out += fmt::format("time to train {} tokens: {:.0f} steps of {} x {} tokens; cost at {}{}\n",
+                       short_amount(r.tokens), training_cost(r, fitting.front()).steps,
+                       r.target.global_batch, r.seq(), price,
+                       r.price_per_node_hour == kP4dOnDemandUsdPerNodeHour
+                           ? " (p4d.24xlarge on demand, us-east-1; --price-per-node-hour for yours)"
+                           : "");
   const size_t shown = limit == 0 ? fitting.size() : std::min(limit, fitting.size());
-  out += fmt::format("{} of {} layouts fit; memory per GPU in GiB on the fullest stage, largest "
-                     "first{}:\n",
+  out += fmt::format("{} of {} layouts fit, fastest estimated step first; memory per GPU in GiB on "
+                     "the fullest stage{}:\n",
                      fitting.size(), searched,
                      shown < fitting.size() ? fmt::format(" (first {}; --limit 0 for all)", shown) : "");
-  out += "  tp  pp   dp  mb recompute zero1 | weights  grads  optim  activ inflight  work |  total | bubble est.MFU\n";
+  out += "  tp  pp   dp  mb recompute zero1 | weights  grads  optim  activ inflight  work |  total | "
+         "bubble est.MFU | bound";
+  out += costed ? "   |   days   GPU-h    cost\n" : "\n";
   for (size_t i = 0; i < shown; ++i) {
     const PlanCandidate& c = fitting[i];
     const Layout& l = c.layout;
     const MemoryEstimate& e = c.memory;
+    const std::string bound = to_string(layout_bound(c, gpu_bytes));
     out += fmt::format("  {:>2} {:>3} {:>4} {:>3} {:<9} {:<5} | {:>7.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8} "
-                       "{:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}%\n",
+                       "{:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}% | {}",
                        l.tp, l.pp, l.dp, l.micro_batch, to_string(l.recompute),
                        l.zero1_active() ? "yes" : "no",
                        gib(e.weights), gib(e.grads), gib(e.optimizer), gib(e.activations),
-                       e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, 100 * c.mfu);
+                       e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, 100 * c.mfu,
+                       costed ? fmt::format("{:<7}", bound) : bound);
+    if (costed) {
+      const TrainingCost t = training_cost(r, c);
+      out += fmt::format(" | {:>6} {:>7} {:>7}", short_days(t.days), short_amount(t.gpu_hours),
+                         fmt::format("${}", short_amount(t.usd)));
+    }
+    out += "\n";
   }
   const PlanCandidate* best = recommended_layout(fitting);
-  out += fmt::format("recommended: {} (highest estimated MFU, {:.1f}%; an analytic estimate, not a "
-                     "measurement)\n  memory: {}\n  overrides: {}\n",
+  const TrainingCost t = costed ? training_cost(r, *best) : TrainingCost{};
+  out += fmt::format("recommended: {} (highest estimated MFU, {:.1f}%{}; an analytic estimate, not a "
+                     "measurement)\n  memory: {}\n",
                      best->layout.describe(), 100 * best->mfu,
-                     explain_memory(best->memory, static_cast<double>(r.gpu.memory_bytes),
-                                    std::string(r.gpu.label)),
-                     layout_overrides(best->layout));
+                     costed ? fmt::format("; {} days and ${} for {} tokens", short_days(t.days),
+                                          short_amount(t.usd), short_amount(r.tokens))
+                            : "",
+                     explain_memory(best->memory, gpu_bytes, std::string(r.gpu.label)));
+  if (costed)
+    out += fmt::format("  time: {:.0f} steps x {:.2f} s = {} days on {} nodes, {} GPU-hours, ${} at "
+                       "{}; bound: {}\n",
+                       t.steps, best->step_time_s, short_days(t.days), r.nodes,
+                       short_amount(t.gpu_hours), short_amount(t.usd), price,
+                       to_string(layout_bound(*best, gpu_bytes)));
+  out += fmt::format("  overrides: {}\n", layout_overrides(best->layout));
   return out;
 }
 

@@ -21,17 +21,34 @@ else
   fail "plan j1-jumbo 64 nodes (status $status)"
   cat "$tmp/plan"
 fi
-# Rows are sorted by total memory, largest first, and every one is within 40 GiB.
+# Rows are sorted fastest first (highest estimated MFU: the same GPUs run the same FLOPs),
+# every one is within 40 GiB and names what bounds it.
 if python3 - "$tmp/plan" <<'PY'; then
 import re, sys
-totals = [float(m.group(1)) for m in (re.search(r"\|\s+([0-9.]+) \|", l) for l in open(sys.argv[1])) if m]
-assert totals, "no rows"
-assert totals == sorted(totals, reverse=True), totals
+rows = [m.groups() for m in (re.search(r"\|\s+([0-9.]+) \|\s+[0-9.]+% +([0-9.]+)% \| (\w+)", l)
+                             for l in open(sys.argv[1])) if m]
+assert rows, "no rows"
+totals = [float(r[0]) for r in rows]
+mfus = [float(r[1]) for r in rows]
+assert mfus == sorted(mfus, reverse=True), mfus
 assert max(totals) <= 40.0, totals
+assert all(r[2] in ("compute", "memory", "bubble", "comm") for r in rows), rows
 PY
-  pass "plan rows sorted largest first, all <= 40 GiB"
+  pass "plan rows sorted fastest first, all <= 40 GiB, each with its bound"
 else
   fail "plan rows"
+fi
+# --tokens adds days, GPU-hours and cost, and the recommendation states them.
+"$jumbo" plan --model inputs/models/j1-jumbo.toml --gpu a100-40gb --nodes 128 --tokens 300e9 \
+  --price-per-node-hour 40 >"$tmp/cost" 2>&1
+status=$?
+if [[ $status -eq 0 ]] && grep -q "|   days   GPU-h    cost$" "$tmp/cost" &&
+  grep -q "^time to train 300B tokens: 95368 steps of 1536 x 2048 tokens; cost at \$40.00 per node-hour$" "$tmp/cost" &&
+  grep -Eq "^recommended: .*; [0-9.]+ days and \\$[0-9.]+M for 300B tokens;" "$tmp/cost"; then
+  pass "plan --tokens: $(grep '^  time:' "$tmp/cost")"
+else
+  fail "plan --tokens (status $status)"
+  cat "$tmp/cost"
 fi
 best=$("$jumbo" plan --model inputs/models/j1-jumbo.toml --gpu a100-40gb --nodes 64 --best)
 if [[ $best =~ ^--set\ parallel.tp=8\ --set\ parallel.pp=[0-9]+ ]]; then

@@ -70,6 +70,16 @@ expect_error layout-does-not-fit "train.gpu" "does not fit" "GiB of 40.0 GiB" --
   --set parallel.micro_batch=1 --set train.global_batch=8
 expect_error plan-unknown-gpu "--gpu" "tpu" -- plan --model inputs/models/j1-jumbo.toml --gpu tpu --nodes 4
 expect_error plan-no-nodes "--nodes" "0" -- plan --model inputs/models/j1-jumbo.toml --nodes 0
+expect_error plan-zero-tokens "--tokens" "0" "> 0" -- \
+  plan --model inputs/models/j1-jumbo.toml --nodes 128 --tokens 0
+expect_error plan-tokens-not-a-number "--tokens" "300B" "finite number" -- \
+  plan --model inputs/models/j1-jumbo.toml --nodes 128 --tokens 300B
+expect_error plan-infinite-tokens "--tokens" "inf" "finite number" -- \
+  plan --model inputs/models/j1-jumbo.toml --nodes 128 --tokens inf
+expect_error plan-negative-price "--price-per-node-hour" "-1" ">= 0" -- \
+  plan --model inputs/models/j1-jumbo.toml --nodes 128 --tokens 300e9 --price-per-node-hour=-1
+expect_error plan-price-not-a-number "--price-per-node-hour" "\$32" "USD >= 0" -- \
+  plan --model inputs/models/j1-jumbo.toml --nodes 128 --price-per-node-hour '$32'
 
 # A tokenizer that is not a SentencePiece model.
 echo "not a model" >"$tmp/bad.model"

@@ -2,6 +2,8 @@
 // (What a stage holds, in-flight microbatches included, is the stage plan's: tests/parallel.)
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "jumbo/config/gpus.h"
@@ -78,7 +80,7 @@ TEST(PlanMemory, GpuActivationsAre32sbhOverTPerLayerWithSequenceParallelism) {
               1.0);
 }
 
-TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsLargestFirst) {
+TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsFastestFirst) {
   const PlanRequest r = jumbo_on(64);
   int64_t searched = 0;
   const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
@@ -91,11 +93,13 @@ TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsLargestFirst) {
     EXPECT_EQ(l.tp * l.pp * l.dp, 512);
     EXPECT_EQ(1536 % (l.micro_batch * l.dp), 0);
     if (i > 0) {
-      EXPECT_GE(fitting[i - 1].memory.total(), fitting[i].memory.total());
+      EXPECT_LE(fitting[i - 1].step_time_s, fitting[i].step_time_s);
+      EXPECT_TRUE(faster_layout(fitting[i - 1], fitting[i]));
     }
   }
+  // The recommendation is the fastest that fits: the first row, with the highest MFU.
   const PlanCandidate* best = recommended_layout(fitting);
-  ASSERT_NE(best, nullptr);
+  ASSERT_EQ(best, &fitting.front());
   for (const PlanCandidate& c : fitting) EXPECT_LE(c.mfu, best->mfu + 1e-12);
   // 178B parameters need more than 18 bytes x 178B / 40 GiB = 75 GPUs of model parallelism
   // without ZeRO-1, and more than 6 bytes x 178B / 40 GiB = 25 with it.
@@ -104,6 +108,107 @@ TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsLargestFirst) {
   // The estimated MFU is in the range Megatron-LM reports for this size on A100s.
   EXPECT_GT(best->mfu, 0.30);
   EXPECT_LT(best->mfu, 0.60);
+}
+
+TEST(PlanSearch, StepTimeIsTheSumOfItsTerms) {
+  const PlanRequest r = jumbo_on(64);
+  for (const PlanCandidate& c : search_layouts(r)) {
+    EXPECT_DOUBLE_EQ(c.step_time_s, c.compute_s + c.bubble_s + c.tp_comm_s + c.dp_comm_s + c.pp_comm_s);
+    EXPECT_DOUBLE_EQ(c.bubble_s, c.compute_s * c.bubble);
+    EXPECT_EQ(c.tp_comm_s > 0, c.layout.tp > 1);
+    EXPECT_EQ(c.dp_comm_s > 0, c.layout.dp > 1);
+    EXPECT_EQ(c.pp_comm_s > 0, c.layout.pp > 1);
+  }
+}
+
+TEST(PlanSearch, EqualStepTimesAreOrderedByMemoryThenLayout) {
+  PlanCandidate a, b;
+  a.step_time_s = b.step_time_s = 10;
+  a.memory.weights = 1;
+  b.memory.weights = 2;
+  EXPECT_TRUE(faster_layout(a, b));
+  EXPECT_FALSE(faster_layout(b, a));
+  b.memory.weights = 1;
+  a.layout.tp = 2;
+  b.layout.tp = 4;
+  EXPECT_TRUE(faster_layout(a, b));
+  const std::vector<PlanCandidate> both{b, a};
+  EXPECT_EQ(recommended_layout(both), &both[1]);
+  EXPECT_EQ(recommended_layout({}), nullptr);
+}
+
+TEST(PlanTime, DaysGpuHoursAndCostOfTheRecommendedLayout) {
+  PlanRequest r = jumbo_on(128);
+  r.tokens = 300e9;
+  r.price_per_node_hour = 32.7726;
+  const std::vector<PlanCandidate> fitting = search_layouts(r);
+  ASSERT_FALSE(fitting.empty());
+  const PlanCandidate& c = fitting.front();
+  const TrainingCost t = training_cost(r, c);
+  // 300e9 / (1536 x 2048) = 95367.43: 95368 whole steps.
+  EXPECT_EQ(t.steps, 95368);
+  const double days = 95368 * c.step_time_s / 86400;
+  EXPECT_DOUBLE_EQ(t.days, days);
+  EXPECT_DOUBLE_EQ(t.gpu_hours, days * 24 * 1024);
+  EXPECT_DOUBLE_EQ(t.usd, days * 24 * 128 * 32.7726);
+  // A made-up step of 20 s: 95368 x 20 s = 22.08 days, 542.5k GPU-hours, $2.22M.
+  PlanCandidate twenty = c;
+  twenty.step_time_s = 20;
+  const TrainingCost u = training_cost(r, twenty);
+  EXPECT_NEAR(u.days, 22.0759, 1e-4);
+  EXPECT_NEAR(u.gpu_hours, 542538.0, 0.1);
+  EXPECT_NEAR(u.usd, 2222547.4, 1);
+  r.price_per_node_hour = 0;
+  EXPECT_EQ(training_cost(r, twenty).usd, 0);
+}
+
+TEST(PlanTime, TheTableGainsDaysGpuHoursAndCostWithTokens) {
+  PlanRequest r = jumbo_on(128);
+  int64_t searched = 0;
+  const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
+  const std::string plain = format_plan(r, fitting, searched, 5);
+  EXPECT_NE(plain.find("| bound\n"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("GPU-h"), std::string::npos) << plain;
+  r.tokens = 300e9;
+  const std::string costed = format_plan(r, fitting, searched, 5);
+  EXPECT_NE(costed.find("|   days   GPU-h    cost\n"), std::string::npos) << costed;
+  EXPECT_NE(costed.find("95368 steps"), std::string::npos) << costed;
+  EXPECT_NE(costed.find("$32.77 per node-hour (p4d.24xlarge on demand"), std::string::npos) << costed;
+  const TrainingCost t = training_cost(r, fitting.front());
+  EXPECT_NE(costed.find(fmt::format("; {:.1f} days and $", t.days)), std::string::npos) << costed;
+}
+
+// A candidate of 10 s steps with the given overheads, 20 GiB on a 40 GiB GPU.
+PlanCandidate with_overheads(double bubble_s, double comm_s) {
+  PlanCandidate c;
+  c.memory.weights = 20.0 * (1ull << 30);
+  c.bubble_s = bubble_s;
+  c.dp_comm_s = comm_s;
+  c.compute_s = 10 - bubble_s - comm_s;
+  c.step_time_s = 10;
+  return c;
+}
+
+TEST(PlanBounds, MemoryOverNinetyPercentThenTheLargerOverheadOfAtLeastTenPercent) {
+  const double gpu = 40.0 * (1ull << 30);
+  EXPECT_EQ(layout_bound(with_overheads(0.5, 0.5), gpu), PlanBound::compute);
+  EXPECT_EQ(layout_bound(with_overheads(0.99, 0.2), gpu), PlanBound::compute);
+  EXPECT_EQ(layout_bound(with_overheads(1.0, 0.2), gpu), PlanBound::bubble);
+  EXPECT_EQ(layout_bound(with_overheads(2.0, 1.5), gpu), PlanBound::bubble);
+  EXPECT_EQ(layout_bound(with_overheads(1.5, 2.0), gpu), PlanBound::comm);
+  // Communication counts tp, dp and pp together.
+  PlanCandidate split = with_overheads(1.2, 0.5);
+  split.tp_comm_s = 0.5;
+  split.pp_comm_s = 0.5;
+  EXPECT_EQ(layout_bound(split, gpu), PlanBound::comm);
+  // Over 90% of the GPU's memory, whatever the time terms.
+  PlanCandidate full = with_overheads(3, 0);
+  full.memory.weights = 0.9 * gpu;
+  EXPECT_EQ(layout_bound(full, gpu), PlanBound::bubble);
+  full.memory.workspace = 1;
+  EXPECT_EQ(layout_bound(full, gpu), PlanBound::memory);
+  EXPECT_STREQ(to_string(PlanBound::memory), "memory");
+  EXPECT_STREQ(to_string(PlanBound::comm), "comm");
 }
 
 TEST(PlanSearch, NothingFitsOnOneNodeAndMoreMemoryFitsMore) {

@@ -11,33 +11,66 @@
 
 namespace jumbo {
 
+// USD per hour of one p4d.24xlarge on demand in us-east-1 (AWS EC2 on-demand pricing page, as
+// of 2026-12): the default of `jumbo plan --price-per-node-hour`, whatever the --gpu.
+constexpr double kP4dOnDemandUsdPerNodeHour = 32.7726;
+
 struct PlanRequest {
   ModelConfig model;
   GpuSpec gpu{};
   int64_t nodes = 1;
   int64_t gpus_per_node = 8;
   PlanTarget target;  // device gpu, bf16, global batch, sequence length
+  double tokens = 0;  // tokens to train on; 0 = no time-to-train and cost columns
+  double price_per_node_hour = kP4dOnDemandUsdPerNodeHour;
   int64_t world() const { return nodes * gpus_per_node; }
+  int64_t seq() const { return target.seq > 0 ? target.seq : model.context; }
 };
 
 struct PlanCandidate {
   Layout layout;
   MemoryEstimate memory;   // worst stage
   double bubble = 0;       // pipeline bubble fraction (p - 1) / (v m)
-  double step_time_s = 0;  // estimated (docs/plan.md: compute at 60% of peak + bubble + comm)
+  // The terms of the step time (docs/plan.md), in seconds; step_time_s is their sum.
+  double compute_s = 0;    // FLOPs at 60% of peak
+  double bubble_s = 0;     // compute_s x bubble
+  double tp_comm_s = 0;
+  double dp_comm_s = 0;
+  double pp_comm_s = 0;
+  double step_time_s = 0;
   double mfu = 0;          // model FLOPs / (step time x GPUs x peak)
   bool fits = false;
+  double comm_s() const { return tp_comm_s + dp_comm_s + pp_comm_s; }
 };
 
-// Estimated step time and MFU of one layout (fills bubble, step_time_s, mfu).
+// Estimated step time and its terms, and MFU, of one layout (fills bubble, the *_s, mfu).
 void estimate_time(const PlanRequest& r, PlanCandidate& c);
 // A fully described candidate for one layout.
 PlanCandidate evaluate_layout(const PlanRequest& r, const Layout& l);
+// The order of the table and of the recommendation: shorter estimated step time first, then
+// less memory, then the smaller tp, pp, micro batch, no recompute, no ZeRO-1 (deterministic).
+bool faster_layout(const PlanCandidate& a, const PlanCandidate& b);
 // Every valid layout (tp within a node, pp, dp, micro batch, recompute, ZeRO-1), evaluated.
-// `searched` gets the number considered. The result holds those that fit, largest memory first.
+// `searched` gets the number considered. The result holds those that fit, fastest first.
 std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searched = nullptr);
-// The candidate with the highest estimated MFU (least memory on a tie); nullptr if none.
+// The first of `fitting` in faster_layout order; nullptr if none.
 const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fitting);
+
+// What bounds a layout's step time, the first that holds (docs/plan.md "Time and cost to
+// train"): memory when the fullest stage needs over 90% of the GPU's memory; else bubble or
+// comm, whichever is larger, when it is at least 10% of the step time; else compute.
+enum class PlanBound { compute, memory, bubble, comm };
+PlanBound layout_bound(const PlanCandidate& c, double gpu_memory_bytes);
+const char* to_string(PlanBound b);
+
+// Training a layout on r.tokens tokens at r.price_per_node_hour.
+struct TrainingCost {
+  double steps = 0;      // tokens / (global batch x seq), rounded up to whole steps
+  double days = 0;       // steps x step time / 86400
+  double gpu_hours = 0;  // days x 24 x nodes x GPUs per node
+  double usd = 0;        // days x 24 x nodes x price per node-hour
+};
+TrainingCost training_cost(const PlanRequest& r, const PlanCandidate& c);
 
 // "--set parallel.tp=8 --set parallel.pp=16 ..." for sbatch scripts.
 std::string layout_overrides(const Layout& l);
@@ -45,7 +78,7 @@ std::string layout_overrides(const Layout& l);
 // microbatches in flight)" - why a layout fits, or by how much it does not.
 std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const std::string& device);
 // The table `jumbo plan` prints: header, one row per candidate (at most `limit`; 0 = all),
-// and the recommendation.
+// and the recommendation; with r.tokens > 0, days, GPU-hours and cost as well.
 std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& fitting,
                         int64_t searched, size_t limit);
 
