@@ -70,11 +70,12 @@ std::string layout_line(const RunConfig& cfg, const StageBytes& bytes, const std
                         const Peak& peak) {
   const Layout& l = cfg.parallel;
   return fmt::format("layout tp {} x pp {} x dp {} on {} ranks{}{}, recompute {}; {} {}; memory "
-                     "per rank: params+grads {}, adam {}, activations {}; peak {:.3f} TFLOP/s ({})",
+                     "per rank: weights+grads {}, optimizer {}{}, activations {}; peak {:.3f} TFLOP/s ({})",
                      l.tp, l.pp, l.dp, l.world_size(), l.zero1_active() ? ", ZeRO-1" : "",
                      l.sequence_parallel_active() ? ", sequence parallel" : "",
                      to_string(l.recompute), backend, to_string(cfg.train.precision),
                      human_bytes(bytes.params, 1), human_bytes(bytes.optimizer, 1),
+                     cfg.train.precision == Precision::bf16 ? " (fp32 master + Adam)" : " (Adam)",
                      human_bytes(bytes.activations, 1), peak.tflops, peak.source);
 }
 

@@ -87,6 +87,17 @@ RefRun solo_run(const RunConfig& cfg) {
   return r;
 }
 
+std::string fresh_checkpoint_dir(const std::string& name) {
+  const fs::path d = fs::path(JUMBO_BINARY_DIR) / "test-data" / "checkpoints" / name;
+  auto w = mpi_world();
+  if (w->rank() == 0) {
+    fs::remove_all(d);
+    fs::create_directories(d);
+  }
+  w->barrier();
+  return d.string();
+}
+
 RefRun reference(const std::string& precision) {
   return solo_run(layout_config(1, 1, false, precision));
 }

@@ -21,6 +21,8 @@ struct RefRun {
 // The run of `cfg` (a one-rank layout) on rank 0 alone; its results broadcast to every rank.
 RefRun solo_run(const RunConfig& cfg);
 RefRun reference(const std::string& precision);
+// A fresh, empty checkpoint directory under the build tree (collective).
+std::string fresh_checkpoint_dir(const std::string& name);
 // Compares every element this rank holds with the same global element of the reference.
 void expect_same_weights(Trainer& t, const std::vector<float>& ref_flat, double tol);
 

@@ -21,18 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh checkpoint directory (collective).
-std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(JUMBO_BINARY_DIR) / "test-data" / "checkpoints" / name;
-  auto w = mpi_world();
-  if (w->rank() == 0) {
-    fs::remove_all(d);
-    fs::create_directories(d);
-  }
-  w->barrier();
-  return d.string();
-}
-
 // The learning rate decays over the whole run's tokens; a run stopped early must follow the
 // 10-step run's schedule to be its first half.
 RunConfig saving_config(int tp, int pp, bool zero1, const std::string& dir, int64_t steps) {
@@ -56,7 +44,7 @@ bool eight_ranks() { return mpi_world()->size() == 8; }
 // Saved once (asynchronously, ZeRO-1 on) by the first test that needs it.
 const std::string& saved_at_step_5() {
   static const std::string dir = [] {
-    const std::string d = fresh_dir("resume-222");
+    const std::string d = test::fresh_checkpoint_dir("resume-222");
     RunConfig cfg = saving_config(2, 2, true, d, 5);
     cfg.checkpoint.async = true;
     auto backend = make_cpu_backend();
@@ -125,7 +113,7 @@ TEST(Checkpoint, ConvertedCheckpointLoadsLikeTheOriginal) {
   if (!eight_ranks()) GTEST_SKIP() << "needs 8 ranks";
   auto w = mpi_world();
   const std::string original = saved_at_step_5();
-  const std::string converted = fresh_dir("converted-412");
+  const std::string converted = test::fresh_checkpoint_dir("converted-412");
   Layout target;
   target.tp = 4;
   target.dp = 2;
@@ -161,7 +149,7 @@ TEST(Checkpoint, ResumesAcrossVocabularyPadding) {
   RunConfig one = test::layout_config(1, 1, false, "fp32");
   one.model.vocab = 500;
   const std::vector<double> ref = test::solo_run(one).losses;
-  const std::string dir = fresh_dir("vocab-500");
+  const std::string dir = test::fresh_checkpoint_dir("vocab-500");
   auto backend = make_cpu_backend();
   {
     RunConfig save = saving_config(2, 2, true, dir, 5);
@@ -180,7 +168,7 @@ TEST(Checkpoint, ResumesAcrossVocabularyPadding) {
 // Retention: keep the newest 2 and every 4th step for good; a sync save each 2 steps.
 TEST(Checkpoint, RetentionKeepsTheLastNAndEveryKth) {
   if (!eight_ranks()) GTEST_SKIP() << "needs 8 ranks";
-  const std::string dir = fresh_dir("retention");
+  const std::string dir = test::fresh_checkpoint_dir("retention");
   RunConfig cfg = saving_config(2, 2, false, dir, 10);
   cfg.checkpoint.every = 2;
   cfg.checkpoint.keep_last = 2;

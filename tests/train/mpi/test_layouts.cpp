@@ -136,55 +136,47 @@ TEST(Layouts, ExplicitUnevenStageSplitMatchesOneRank) {
 }
 
 // log.comm: the bytes each rank hands to each group in one step, against the analytic count
-// (docs/metrics.md): per microbatch, tensor parallel all-reduces N h e four times per layer
-// (two forward, two backward), once for the embedding, and on the last stage 3 N f32 for the
-// cross-entropy parts plus N h e for the head's input gradient; pipeline sends N h e forward
-// (not on the last stage) and backward (not on the first); data parallel reduces the flat f32
-// grads once (plus, with ZeRO-1, all-gathers this rank's 1/dp of the compute weights, 2
-// bytes each in bf16); the
-// embedding group sums the tied embedding's f32 gradient.
+// (docs/metrics.md), e bytes per activation element (4 in fp32, 2 in bf16): per microbatch,
+// tensor parallel all-reduces N h e four times per layer (two forward, two backward), once
+// for the embedding, and on the last stage 3 N f32 for the cross-entropy parts plus N h e for
+// the head's input gradient; pipeline sends N h e forward (not on the last stage) and
+// backward (not on the first); data parallel reduces the flat f32 grads once (plus, with
+// ZeRO-1, all-gathers this rank's 1/dp of the weights, e bytes each); the embedding group
+// sums the tied embedding's f32 gradient.
 TEST(CommBytes, EveryGroupSendsWhatTheLayoutImplies) {
   auto w = mpi_world();
   const int n = w->size();
   const int tp = n % 2 == 0 ? 2 : 1;
   const int pp = n % (2 * tp) == 0 ? 2 : 1;
-  for (bool zero1 : {false, true}) {
-    RunConfig cfg = layout_config(tp, pp, zero1, "fp32");
-    cfg.log.comm = true;
-    cfg.train.steps = 2;
-    auto backend = make_cpu_backend();
-    Trainer t(cfg, *backend, w);
-    t.run();
-    Grid& g = t.grid();
-    const uint64_t e = 4, tokens = cfg.parallel.micro_batch * cfg.model.context;
-    const uint64_t nh = tokens * cfg.model.d_model * e;
-    const uint64_t micro = cfg.train.global_batch / (cfg.parallel.micro_batch * g.dp_size());
-    const uint64_t layers = t.model().options().num_layers;
-    const bool first = g.first_stage(), last = g.last_stage();
-    const uint64_t tp_bytes =
-        tp > 1 ? micro * (layers * 4 * nh + (first ? nh : 0) + (last ? 3 * tokens * 4 + nh : 0)) : 0;
-    const uint64_t pp_bytes = pp > 1 ? micro * ((last ? 0 : nh) + (first ? 0 : nh)) : 0;
-    const uint64_t total = t.model().params().total_numel();
-    const uint64_t dp_bytes =
-        g.dp_size() > 1 ? total * 4 + (zero1 ? total / g.dp_size() * e : 0) : 0;
-    EXPECT_EQ(g.tp().bytes_sent(), tp_bytes) << "tp, zero1 " << zero1;
-    EXPECT_EQ(g.pp().bytes_sent(), pp_bytes) << "pp";
-    EXPECT_EQ(g.dp().bytes_sent(), dp_bytes) << "dp, zero1 " << zero1;
-    const uint64_t wte = first || last ? t.model().embedding_grad().numel() * 4 : 0;
-    EXPECT_EQ(g.embedding().bytes_sent(), pp > 1 ? wte : 0) << "embedding";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    for (bool zero1 : {false, true}) {
+      RunConfig cfg = layout_config(tp, pp, zero1, precision);
+      cfg.log.comm = true;
+      cfg.train.steps = 2;
+      auto backend = make_cpu_backend();
+      Trainer t(cfg, *backend, w);
+      t.run();
+      Grid& g = t.grid();
+      const uint64_t e = precision == "bf16" ? 2 : 4;
+      const uint64_t tokens = cfg.parallel.micro_batch * cfg.model.context;
+      const uint64_t nh = tokens * cfg.model.d_model * e;
+      const uint64_t micro = cfg.train.global_batch / (cfg.parallel.micro_batch * g.dp_size());
+      const uint64_t layers = t.model().options().num_layers;
+      const bool first = g.first_stage(), last = g.last_stage();
+      const uint64_t tp_bytes =
+          tp > 1 ? micro * (layers * 4 * nh + (first ? nh : 0) + (last ? 3 * tokens * 4 + nh : 0)) : 0;
+      const uint64_t pp_bytes = pp > 1 ? micro * ((last ? 0 : nh) + (first ? 0 : nh)) : 0;
+      const uint64_t total = t.model().params().total_numel();
+      const uint64_t dp_bytes =
+          g.dp_size() > 1 ? total * 4 + (zero1 ? total / g.dp_size() * e : 0) : 0;
+      const std::string what = precision + (zero1 ? ", ZeRO-1" : "");
+      EXPECT_EQ(g.tp().bytes_sent(), tp_bytes) << "tp, " << what;
+      EXPECT_EQ(g.pp().bytes_sent(), pp_bytes) << "pp, " << what;
+      EXPECT_EQ(g.dp().bytes_sent(), dp_bytes) << "dp, " << what;
+      const uint64_t wte = first || last ? t.model().embedding_grad().numel() * 4 : 0;
+      EXPECT_EQ(g.embedding().bytes_sent(), pp > 1 ? wte : 0) << "embedding, " << what;
+    }
   }
-  // bf16: the grads are still reduced in f32; ZeRO-1 gathers the bf16 weights, half the
-  // bytes of the fp32 gather.
-  RunConfig cfg = layout_config(tp, pp, true, "bf16");
-  cfg.log.comm = true;
-  cfg.train.steps = 2;
-  auto backend = make_cpu_backend();
-  Trainer t(cfg, *backend, w);
-  t.run();
-  Grid& g = t.grid();
-  const uint64_t total = t.model().params().total_numel();
-  EXPECT_EQ(g.dp().bytes_sent(), g.dp_size() > 1 ? total * 4 + total / g.dp_size() * 2 : 0)
-      << "dp, bf16 ZeRO-1";
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // uninterrupted run bit for bit, with checkpoints loading across ZeRO-1 on and off.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "layout_support.h"
@@ -14,8 +15,6 @@
 
 namespace jumbo {
 namespace {
-
-namespace fs = std::filesystem;
 
 // The (tp, pp) layouts of the issue whose dp = world / (tp pp) is 2 or 4 on this world.
 std::vector<std::pair<int, int>> layouts_with_small_dp() {
@@ -85,17 +84,6 @@ TEST(ShardedMaster, Zero1OnAndOffTrainTheSameModel) {
   EXPECT_LT(worst, 1e-5) << "largest master difference, ZeRO-1 on vs off";
 }
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(JUMBO_BINARY_DIR) / "test-data" / "checkpoints" / name;
-  auto w = mpi_world();
-  if (w->rank() == 0) {
-    fs::remove_all(d);
-    fs::create_directories(d);
-  }
-  w->barrier();
-  return d.string();
-}
-
 RunConfig bf16_run(int tp, int pp, bool zero1, const std::string& dir) {
   RunConfig cfg = test::layout_config(tp, pp, zero1, "bf16");
   cfg.checkpoint.dir = dir;
@@ -107,7 +95,7 @@ RunConfig bf16_run(int tp, int pp, bool zero1, const std::string& dir) {
 // Saved at step 5 with ZeRO-1 `zero1` (a run stopped there), resumed with `resume_zero1`.
 std::vector<double> resumed_losses(int tp, int pp, bool zero1, bool resume_zero1,
                                    const std::string& name, std::vector<float>* master) {
-  const std::string dir = fresh_dir(name);
+  const std::string dir = test::fresh_checkpoint_dir(name);
   auto backend = make_cpu_backend();
   {
     RunConfig cfg = bf16_run(tp, pp, zero1, dir);
