@@ -12,6 +12,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/watchdog.h"
 #include "mpi_ring.h"
+#include "mpi_types.h"
 
 namespace jumbo {
 namespace {
@@ -43,6 +44,8 @@ const MpiOps& ops() {
   return o;
 }
 
+}  // namespace
+
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
@@ -56,6 +59,8 @@ MPI_Op mpi_op(DType t, ReduceOp op) {
   if (t == DType::bf16) return op == ReduceOp::sum ? ops().bf16_sum_op : ops().bf16_max_op;
   return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
 }
+
+namespace {
 
 int count_of(const Tensor& t) {
   if (t.numel() > INT32_MAX) {

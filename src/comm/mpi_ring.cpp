@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "jumbo/backend/bf16.h"
+#include "mpi_types.h"
 
 namespace jumbo {
 
@@ -111,7 +111,8 @@ void RingCollectives::reduce_scatter(char* base, DType t, int64_t block) {
       char* into = base + static_cast<size_t>(recv_block * block + at) * elem;
       MPI_Sendrecv(send, bytes, MPI_BYTE, next, 0, staging_.data(), bytes, MPI_BYTE, prev, 0,
                    comm_, MPI_STATUS_IGNORE);
-      add_into(into, t, count);
+      // into = received + into (exact for f32 sums of two; bf16 adds in fp32).
+      MPI_Reduce_local(staging_.data(), into, count, mpi_type(t), mpi_op(t, ReduceOp::sum));
     }
   }
 }
@@ -131,18 +132,6 @@ void RingCollectives::all_gather(char* base, DType t, int64_t block) {
                    MPI_BYTE, prev, 1, comm_, MPI_STATUS_IGNORE);
     }
   }
-}
-
-void RingCollectives::add_into(char* dst, DType t, int64_t count) const {
-  if (t == DType::f32) {
-    float* d = reinterpret_cast<float*>(dst);
-    const float* a = reinterpret_cast<const float*>(staging_.data());
-    for (int64_t i = 0; i < count; ++i) d[i] += a[i];
-    return;
-  }
-  bf16* d = reinterpret_cast<bf16*>(dst);
-  const bf16* a = reinterpret_cast<const bf16*>(staging_.data());
-  for (int64_t i = 0; i < count; ++i) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(a[i]));
 }
 
 }  // namespace jumbo

@@ -60,7 +60,6 @@ class RingCollectives {
   void run(const Op& op);
   void reduce_scatter(char* base, DType t, int64_t block);
   void all_gather(char* base, DType t, int64_t block);
-  void add_into(char* dst, DType t, int64_t count) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

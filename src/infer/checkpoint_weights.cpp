@@ -4,8 +4,6 @@
 
 #include <vector>
 
-#include "jumbo/backend/bf16.h"
-
 #include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/train/checkpoint_io.h"
 
@@ -64,17 +62,7 @@ void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& b
       pieces.push_back(std::move(pd));
     }
     load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
-    if (!direct) {
-      std::vector<bf16> rounded;
-      const void* src = staged.data();
-      if (weights.dtype == DType::bf16) {
-        rounded.resize(staged.size());
-        for (size_t k = 0; k < staged.size(); ++k) rounded[k] = f32_to_bf16(staged[k]);
-        src = rounded.data();
-      }
-      backend.from_host(weights, src);
-      backend.stream().synchronize();
-    }
+    if (!direct) write_from_f32(backend, weights, staged.data());
   }
   if (dp.size() > 1) dp.broadcast(params.all_weights(), 0);
 }

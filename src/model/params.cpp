@@ -4,8 +4,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "jumbo/backend/bf16.h"
-
 namespace jumbo {
 
 int ParamStore::add(ParamInfo info) {
@@ -45,32 +43,18 @@ void ParamStore::initial_values(int i, uint64_t seed, int64_t begin, int64_t cou
 
 void ParamStore::initialize(Backend& backend, uint64_t seed) {
   init_seed_ = seed;
-  // Generated on the host a chunk at a time, rounded to the compute dtype, then written in
-  // place or uploaded: a start-up buffer of 384 KiB whatever the largest tensor (a larger one
-  // would stay in the heap and in the run's peak resident set).
+  // Generated on the host a chunk at a time, then rounded to the compute dtype in place or
+  // uploaded: a start-up buffer of 256 KiB whatever the largest tensor (a larger one would
+  // stay in the heap and in the run's peak resident set).
   constexpr int64_t kChunk = int64_t{1} << 16;
   std::vector<float> values;
-  std::vector<bf16> rounded;
-  const bool direct = device_ == Device::cpu && compute_dtype_ == DType::f32;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_[i];
     for (int64_t at = 0; at < p.numel(); at += kChunk) {
       const int64_t n = std::min(kChunk, p.numel() - at);
-      Tensor dst = all_weights().rows(p.flat_offset + at, n);
-      if (direct) {
-        initial_values(static_cast<int>(i), seed, at, n, dst.as<float>());
-        continue;
-      }
       values.resize(static_cast<size_t>(n));
       initial_values(static_cast<int>(i), seed, at, n, values.data());
-      const void* src = values.data();
-      if (compute_dtype_ == DType::bf16) {
-        rounded.resize(static_cast<size_t>(n));
-        for (int64_t k = 0; k < n; ++k) rounded[static_cast<size_t>(k)] = f32_to_bf16(values[static_cast<size_t>(k)]);
-        src = rounded.data();
-      }
-      backend.from_host(dst, src);
-      backend.stream().synchronize();  // the host buffers are reused next
+      write_from_f32(backend, all_weights().rows(p.flat_offset + at, n), values.data());
     }
   }
 }

@@ -103,7 +103,7 @@ class Leader {
           starting.push_back(std::move(queue_.jobs.front()));
           queue_.jobs.pop_front();
         }
-        queue_.free_slots = static_cast<size_t>(std::max<int64_t>(0, slots_ - taken));
+        set_free_slots(taken);
       }
       if (stop_now) {
         fmt::print(stderr, "jumbo serve: stopping: no new requests, finishing those accepted\n");
@@ -114,15 +114,16 @@ class Leader {
       if (!scheduler_.idle()) scheduler_.step();
       queue_.running = scheduler_.running();
       queue_.waiting = scheduler_.waiting();
-      {
-        std::lock_guard lock(queue_.mu);
-        queue_.free_slots = static_cast<size_t>(
-            std::max<int64_t>(0, slots_ - scheduler_.running() - scheduler_.waiting()));
-      }
+      std::lock_guard lock(queue_.mu);
+      set_free_slots(scheduler_.running() + scheduler_.waiting());
     }
   }
 
  private:
+  // Under queue_.mu: `taken` sequences hold or will hold a slot.
+  void set_free_slots(int64_t taken) {
+    queue_.free_slots = static_cast<size_t>(std::max<int64_t>(0, slots_ - taken));
+  }
   void start(const std::shared_ptr<Job>& job) {
     if (job->cancelled) {
       ++queue_.cancelled;

@@ -4,10 +4,8 @@
 
 namespace jumbo {
 
-GradSync::GradSync(ParamStore& params, Backend& backend, const ProcessGroups& groups,
-                   const StagePlan& plan)
+GradSync::GradSync(ParamStore& params, const ProcessGroups& groups, const StagePlan& plan)
     : params_(params),
-      backend_(backend),
       dp_(groups.dp),
       tp_(groups.tp),
       embedding_(groups.embedding),

@@ -47,23 +47,15 @@ AdamW::AdamW(ParamStore& params, Backend& backend, const TrainConfig& cfg)
 void AdamW::initialize_master() {
   const std::optional<uint64_t> seed = params_.init_seed();
   if (!seed) throw std::logic_error("AdamW: the parameters are not initialized yet");
-  constexpr int64_t kChunk = int64_t{1} << 20;
+  constexpr int64_t kChunk = int64_t{1} << 16;
   std::vector<float> values;
   for (const OptimRange& r : ranges_) {
     const int64_t begin = r.flat - params_.info(r.param).flat_offset;
     for (int64_t at = 0; at < r.count; at += kChunk) {
       const int64_t n = std::min(kChunk, r.count - at);
-      Tensor dst = master_.rows(r.local + at, n);
-      float* out = dst.device == Device::cpu ? dst.as<float>() : nullptr;
-      if (!out) {
-        values.resize(static_cast<size_t>(n));
-        out = values.data();
-      }
-      params_.initial_values(r.param, *seed, begin + at, n, out);
-      if (dst.device != Device::cpu) {
-        backend_.from_host(dst, out);
-        backend_.stream().synchronize();  // `values` is reused next
-      }
+      values.resize(static_cast<size_t>(n));
+      params_.initial_values(r.param, *seed, begin + at, n, values.data());
+      write_from_f32(backend_, master_.rows(r.local + at, n), values.data());
     }
   }
 }

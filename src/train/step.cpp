@@ -57,7 +57,7 @@ SoloStep::SoloStep(const ModelConfig& model, const Layout& layout, const StepSha
       groups_(process_groups(grid_)),
       model_(model, plan_.model, backend, groups_.tp),
       optimizer_(initialized(model_, seed).params(), backend, train, plan_),
-      grad_sync_(model_.params(), backend, groups_, plan_),
+      grad_sync_(model_.params(), groups_, plan_),
       pipeline_(model_, groups_.pp, plan_),
       parts_{model_, pipeline_, grad_sync_, optimizer_, groups_} {}
 

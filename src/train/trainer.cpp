@@ -31,7 +31,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
 
   model_ = std::make_unique<GptModel>(cfg_.model, plan_.model, backend_, groups_.tp);
   model_->initialize(cfg_.train.seed);
-  grad_sync_ = std::make_unique<GradSync>(model_->params(), backend_, groups_, plan_);
+  grad_sync_ = std::make_unique<GradSync>(model_->params(), groups_, plan_);
   optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train, plan_);
   pipeline_ = std::make_unique<PipelineRunner>(*model_, groups_.pp, plan_);
   step_parts_.reset(new StepParts{*model_, *pipeline_, *grad_sync_, *optimizer_, groups_});

@@ -157,6 +157,11 @@ class Backend {
   virtual void from_host(Tensor dst, const void* src) = 0;
 };
 
+// Writes dst.numel() host f32 values into `dst` in its dtype (f32, or bf16 rounded to nearest
+// even) on its device; `src` may be reused when it returns. For start-up and loads: weights
+// from initial values or a checkpoint's f32 master.
+void write_from_f32(Backend& backend, Tensor dst, const float* src);
+
 std::unique_ptr<Backend> make_cpu_backend();
 // The CUDA backend on GPU `device` (the local rank). In a build without -DJUMBO_CUDA=ON it
 // throws UserError saying so; without a usable GPU, UserError naming the CUDA error.

@@ -17,7 +17,6 @@
 // and non-blocking, overlapping the next step's forward (Megatron's overlap_param_gather):
 // the forward waits for a bucket only when a layer first needs it.
 #include <cstdint>
-#include <climits>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -31,8 +30,7 @@ namespace jumbo {
 class GradSync {
  public:
   // The buckets and ZeRO-1 of the rank's stage plan (none without data parallelism).
-  GradSync(ParamStore& params, Backend& backend, const ProcessGroups& groups,
-           const StagePlan& plan);
+  GradSync(ParamStore& params, const ProcessGroups& groups, const StagePlan& plan);
 
   void start_step();
   // Every gradient at flat offset >= flat_begin is final: start the buckets that are.
@@ -65,7 +63,6 @@ class GradSync {
   void sum_partial_grads_from(int64_t flat_begin);
 
   ParamStore& params_;
-  Backend& backend_;
   Comm& dp_;
   Comm& tp_;
   Comm& embedding_;
