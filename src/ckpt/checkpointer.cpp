@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -369,6 +370,58 @@ std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::s
   return first_error(world_, error);
 }
 
+std::optional<Manifest> Checkpointer::load_newest(const std::vector<PieceData>& targets,
+                                                  bool reader, int64_t before_step,
+                                                  int& complete, std::string& loaded_dir) {
+  std::vector<char> listing;
+  if (world_.rank() == 0) {
+    std::vector<int64_t> steps;
+    for (const std::string& name : storage_->list_dirs("")) {
+      const int64_t s = checkpoint_step_of(name);
+      if (s >= 0 && s < before_step) steps.push_back(s);
+    }
+    std::sort(steps.rbegin(), steps.rend());
+    for (int64_t s : steps) {
+      const std::string line = checkpoint_dir_name(s) + "\n";
+      listing.insert(listing.end(), line.begin(), line.end());
+    }
+  }
+  world_.broadcast_bytes(listing, 0);
+  std::vector<std::string> dirs;
+  std::string cur;
+  for (char c : listing) {
+    if (c == '\n') {
+      dirs.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  Manifest manifest;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    if (auto error = try_load(*storage_, dirs[i], targets, reader, manifest)) {
+      if (error->find("no manifest (the save did not complete)") == std::string::npos) ++complete;
+      print(fmt::format("checkpoint: skipping {}: {}; {}", storage_->url(dirs[i]), *error,
+                        i + 1 < dirs.size() ? "trying the previous one" : "no older checkpoint"));
+      continue;
+    }
+    loaded_dir = dirs[i];
+    return manifest;
+  }
+  return std::nullopt;
+}
+
+std::optional<Manifest> Checkpointer::rewind(const std::vector<PieceData>& targets, bool reader,
+                                             int64_t before_step) {
+  wait();  // a save in flight may be the newest
+  const double t0 = now_s();
+  int complete = 0;
+  std::string dir;
+  std::optional<Manifest> m = load_newest(targets, reader, before_step, complete, dir);
+  if (m) load_s_ = now_s() - t0;
+  return m;
+}
+
 std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targets, bool reader) {
   const std::string& how = cfg_.resume;
   if (how == "none") return std::nullopt;
@@ -406,44 +459,15 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
     return manifest;
   }
   // auto: the newest complete checkpoint; an unusable one is reported and skipped.
-  std::vector<char> listing;
-  if (world_.rank() == 0) {
-    std::vector<int64_t> steps;
-    for (const std::string& name : storage_->list_dirs("")) {
-      const int64_t s = checkpoint_step_of(name);
-      if (s >= 0) steps.push_back(s);
-    }
-    std::sort(steps.rbegin(), steps.rend());
-    for (int64_t s : steps) {
-      const std::string line = checkpoint_dir_name(s) + "\n";
-      listing.insert(listing.end(), line.begin(), line.end());
-    }
-  }
-  world_.broadcast_bytes(listing, 0);
-  std::vector<std::string> dirs;
-  std::string cur;
-  for (char c : listing) {
-    if (c == '\n') {
-      dirs.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
   int complete = 0;  // checkpoints with a manifest: a fresh start must not overwrite them
-  for (size_t i = 0; i < dirs.size(); ++i) {
-    if (auto error = try_load(*storage_, dirs[i], targets, reader, manifest)) {
-      if (error->find("no manifest (the save did not complete)") == std::string::npos) ++complete;
-      print(fmt::format("checkpoint: skipping {}: {}; {}", storage_->url(dirs[i]), *error,
-                        i + 1 < dirs.size() ? "trying the previous one" : "no older checkpoint"));
-      continue;
-    }
+  std::string dir;
+  if (std::optional<Manifest> m = load_newest(targets, reader, INT64_MAX, complete, dir)) {
     load_s_ = now_s() - t0;
     print(fmt::format("checkpoint: resumed from {} (step {}, saved with tp {} x pp {} x dp {}{}) "
-                      "in {:.2f} s", storage_->url(dirs[i]), manifest.progress.step,
-                      manifest.layout.tp, manifest.layout.pp, manifest.layout.dp,
-                      manifest.layout.zero1 ? ", ZeRO-1" : "", load_s_));
-    return manifest;
+                      "in {:.2f} s", storage_->url(dir),
+                      m->progress.step, m->layout.tp, m->layout.pp, m->layout.dp,
+                      m->layout.zero1 ? ", ZeRO-1" : "", load_s_));
+    return m;
   }
   if (complete > 0) {
     throw UserError(fmt::format("checkpoint.resume = \"auto\": none of the {} complete "

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 namespace jumbo {
@@ -12,6 +14,37 @@ using nlohmann::json;
 json piece_json(const TensorPiece& p) {
   json j = {{"offset", p.offset}, {"shape", p.shape}, {"flat_range", {p.flat_begin, p.flat_end}}};
   return j;
+}
+
+template <typename E, size_t N>
+E enum_named(const std::string& name, const char* key, const std::string& where) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == to_string(static_cast<E>(i))) return static_cast<E>(i);
+  throw UserError(fmt::format("{}: anomalies.skipped {} = \"{}\" is not one this build knows",
+                              where, key, name));
+}
+
+// Manifests before train.on_anomaly have no "anomalies": the defaults (nothing skipped).
+void parse_anomalies(const json& a, AnomalyProgress& out, const std::string& where) {
+  out.loss_mean = a.at("loss_mean").get<double>();
+  out.losses_seen = a.at("losses_seen").get<int64_t>();
+  for (const json& e : a.at("skipped")) {
+    SkippedSamples k;
+    k.step = e.at("step").get<int64_t>();
+    const auto samples = e.at("samples").get<std::vector<int64_t>>();
+    if (samples.size() != 2 || samples[0] > samples[1]) {
+      throw UserError(fmt::format("{}: anomalies.skipped of step {}: samples = {}: expected "
+                                  "[first, end) with first <= end", where, k.step,
+                                  e.at("samples").dump()));
+    }
+    k.first_sample = samples[0];
+    k.end_sample = samples[1];
+    k.kind = enum_named<AnomalyKind, 2>(e.at("kind").get<std::string>(), "kind", where);
+    k.action = enum_named<AnomalyAction, 3>(e.at("action").get<std::string>(), "action", where);
+    k.loss = e.at("loss").is_null() ? NAN : e.at("loss").get<double>();
+    k.rewound_to_step = e.value("rewound_to_step", int64_t{0});
+    out.skipped.push_back(k);
+  }
 }
 
 }  // namespace
@@ -40,6 +73,17 @@ std::string manifest_to_json(const Manifest& m) {
   j["sampler"] = {{"seed", p.seed}, {"consumed_samples", p.consumed_samples}};
   j["schedule"] = {{"consumed_tokens", p.consumed_tokens}, {"lr", p.lr},
                    {"global_batch", p.global_batch}};
+  json skipped = json::array();
+  for (const SkippedSamples& k : p.anomalies.skipped) {
+    json e = {{"step", k.step}, {"samples", {k.first_sample, k.end_sample}},
+              {"kind", to_string(k.kind)}, {"action", to_string(k.action)},
+              {"loss", std::isfinite(k.loss) ? json(k.loss) : json(nullptr)}};
+    if (k.action == AnomalyAction::rewind) e["rewound_to_step"] = k.rewound_to_step;
+    skipped.push_back(e);
+  }
+  j["anomalies"] = {{"loss_mean", p.anomalies.loss_mean},
+                    {"losses_seen", p.anomalies.losses_seen},
+                    {"skipped", skipped}};
   const ModelConfig& mc = m.model;
   j["model"] = {{"name", mc.name},       {"layers", mc.layers}, {"d_model", mc.d_model},
                 {"heads", mc.heads},     {"ffn", mc.ffn_dim()}, {"vocab", mc.vocab},
@@ -94,6 +138,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
     p.seed = j.at("rng").at("seed").get<uint64_t>();
     p.lr = j.at("schedule").at("lr").get<double>();
     p.global_batch = j.at("schedule").at("global_batch").get<int64_t>();
+    if (j.contains("anomalies")) parse_anomalies(j.at("anomalies"), p.anomalies, where);
     const json& mc = j.at("model");
     m.model.name = mc.at("name").get<std::string>();
     m.model.layers = mc.at("layers").get<int64_t>();

@@ -105,7 +105,15 @@ void remove_async_error_check(int id) {
   c.checks.erase(id);
 }
 
+static std::atomic<int64_t>& comm_wait_ns() {
+  static std::atomic<int64_t> ns{0};
+  return ns;
+}
+
+double comm_wait_seconds() { return static_cast<double>(comm_wait_ns().load()) * 1e-9; }
+
 BlockingOp::BlockingOp(const char* op, std::string_view group) {
+  if (group != "device") started_ns_ = now_ns();
   WatchState& s = state();
   if (!s.running.load()) return;
   const size_t n = std::min(group.size(), group_.size() - 1);
@@ -119,6 +127,7 @@ BlockingOp::BlockingOp(const char* op, std::string_view group) {
 
 BlockingOp::~BlockingOp() {
   if (armed_) state().started_ns = 0;
+  if (started_ns_ != 0) comm_wait_ns() += now_ns() - started_ns_;
 }
 
 }  // namespace jumbo

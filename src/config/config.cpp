@@ -11,4 +11,21 @@ const char* to_string(Precision p) {
   return "unknown";
 }
 
+const char* to_string(AnomalyAction a) {
+  switch (a) {
+    case AnomalyAction::stop: return "stop";
+    case AnomalyAction::skip: return "skip";
+    case AnomalyAction::rewind: return "rewind";
+  }
+  return "unknown";
+}
+
+const char* to_string(AnomalyKind k) {
+  switch (k) {
+    case AnomalyKind::nonfinite: return "nonfinite";
+    case AnomalyKind::spike: return "spike";
+  }
+  return "unknown";
+}
+
 }  // namespace jumbo

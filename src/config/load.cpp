@@ -70,6 +70,7 @@ const Choice* choice_for() {
   if constexpr (std::is_same_v<T, Precision>) return choice_of<Precision, 2>();
   else if constexpr (std::is_same_v<T, Recompute>) return choice_of<Recompute, 3>();
   else if constexpr (std::is_same_v<T, Device>) return choice_of<Device, 2>();
+  else if constexpr (std::is_same_v<T, AnomalyAction>) return choice_of<AnomalyAction, 3>();
   else return nullptr;
 }
 
@@ -117,7 +118,10 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, beta1), JUMBO_FIELD(train, beta2), JUMBO_FIELD(train, eps),
         JUMBO_FIELD(train, grad_clip), JUMBO_FIELD(train, seed), JUMBO_FIELD(train, precision),
         JUMBO_FIELD(train, eval_every), JUMBO_FIELD(train, eval_batches),
-        JUMBO_FIELD(train, threads),
+        JUMBO_FIELD(train, threads), JUMBO_FIELD(train, on_anomaly),
+        JUMBO_FIELD(train, spike_ratio), JUMBO_FIELD(train, spike_window),
+        JUMBO_FIELD(train, max_anomalies), JUMBO_FIELD(train, anomaly_window),
+        JUMBO_FIELD(train, rewind_skip_batches),
         // The device is part of the layout; users have always set it with the run's training.
         JUMBO_KEY("device", parallel.device), JUMBO_FIELD(train, gpu)}},
       {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
@@ -129,7 +133,8 @@ const std::vector<Section>& schema() {
       {"log",
        {JUMBO_FIELD(log, metrics_file), JUMBO_FIELD(log, every), JUMBO_FIELD(log, peak_tflops),
         JUMBO_FIELD(log, comm), JUMBO_FIELD(log, emf_file), JUMBO_FIELD(log, emf_address),
-        JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name)}},
+        JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name),
+        JUMBO_FIELD(log, straggler_ratio), JUMBO_FIELD(log, straggler_intervals)}},
   };
   return sections;
 }

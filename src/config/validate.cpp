@@ -185,6 +185,16 @@ void check_train(const Checks& c, const RunConfig& cfg, int64_t dp) {
             v, per_step_unit > 0 ? t.global_batch / per_step_unit : 0, pp);
   c.require(t.threads >= 0, "train.threads = {}: expected >= 0 (0 = OMP_NUM_THREADS or cores)",
             t.threads);
+  c.require(t.spike_ratio == 0 || t.spike_ratio > 1,
+            "train.spike_ratio = {}: expected > 1 (a loss above spike_ratio x the running mean "
+            "is a spike) or 0 (no spike detection)", t.spike_ratio);
+  c.at_least("train.spike_window", t.spike_window, 1);
+  c.at_least("train.max_anomalies", t.max_anomalies, 0);
+  c.at_least("train.anomaly_window", t.anomaly_window, 1);
+  c.at_least("train.rewind_skip_batches", t.rewind_skip_batches, 0);
+  c.require(t.on_anomaly != AnomalyAction::rewind || !cfg.checkpoint.dir.empty(),
+            "train.on_anomaly = \"rewind\" but checkpoint.dir is empty: a rewind goes back to "
+            "the newest checkpoint; set checkpoint.dir and checkpoint.every");
 }
 
 void check_data(const Checks& c, const RunConfig& cfg) {
@@ -256,6 +266,9 @@ void check_log(const Checks& c, const LogConfig& l) {
   c.require(a.empty() || (scheme && colon > 6 && port_ok),
             "log.emf_address = \"{}\": expected tcp://HOST:PORT or udp://HOST:PORT "
             "(the CloudWatch agent listens on tcp://127.0.0.1:25888)", a);
+  c.require(l.straggler_ratio > 1, "log.straggler_ratio = {}: expected > 1 (a rank slower "
+            "than straggler_ratio x its stage's median is a straggler)", l.straggler_ratio);
+  c.at_least("log.straggler_intervals", l.straggler_intervals, 1);
   c.require(!l.emf_namespace.empty() && l.emf_namespace.size() <= 255,
             "log.emf_namespace = \"{}\": expected 1 to 255 characters", l.emf_namespace);
 }

@@ -55,6 +55,12 @@ std::string emf_line(const StepMetrics& m, const std::string& ns, const std::str
   add_metric(values, declared, "LearningRate", "None", m.lr);
   declared.push_back({{"Name", "MemoryPeak"}, {"Unit", "Bytes"}});
   values["MemoryPeak"] = m.mem_peak_bytes;
+  // Always present, 0 or 1: an alarm on Sum >= 1 needs the zeros as data points.
+  add_metric(values, declared, "Anomalies", "Count", m.anomaly ? 1.0 : 0.0);
+  if (m.ranks) {
+    add_metric(values, declared, "StragglerRatio", "None", m.ranks->slowest_ratio);
+    add_metric(values, declared, "Stragglers", "Count", static_cast<double>(m.ranks->stragglers.size()));
+  }
 
   // ordered_json: _aws first, then dimensions and properties, then values, as the docs show.
   nlohmann::ordered_json j;

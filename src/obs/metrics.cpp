@@ -82,6 +82,31 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.val_loss) j["val_loss"] = finite_or_null(*m.val_loss);
   for (const auto& [set, loss] : m.val_losses) j["val_loss." + set] = finite_or_null(loss);
   for (const auto& [group, bytes] : m.comm_bytes) j["comm_bytes"][group] = bytes;
+  if (const auto& a = m.anomaly) {
+    nlohmann::ordered_json& e = j["anomaly"];
+    e["kind"] = to_string(a->kind);
+    e["action"] = to_string(a->action);
+    e["loss_mean"] = finite_or_null(a->running_mean);
+    e["threshold"] = finite_or_null(a->threshold);
+    if (a->action != AnomalyAction::stop) e["skipped_samples"] = {a->first_sample, a->end_sample};
+    if (a->action == AnomalyAction::rewind) e["rewound_to_step"] = a->rewound_to_step;
+    e["recent"] = a->recent;
+    e["limit"] = a->limit;
+    e["window"] = a->window;
+  }
+  if (const auto& t = m.ranks) {
+    nlohmann::ordered_json& e = j["ranks"];
+    e["compute_s"] = {{"min", t->compute_s.min}, {"median", t->compute_s.median}, {"max", t->compute_s.max}};
+    e["wait_s"] = {{"min", t->wait_s.min}, {"median", t->wait_s.median}, {"max", t->wait_s.max}};
+    e["slowest_rank"] = t->slowest_rank;
+    e["slowest_host"] = t->slowest_host;
+    e["slowest_ratio"] = finite_or_null(t->slowest_ratio);
+    e["stragglers"] = nlohmann::ordered_json::array();
+    for (const RankTimes::Straggler& s : t->stragglers) {
+      e["stragglers"].push_back({{"rank", s.rank}, {"host", s.host}, {"ratio", finite_or_null(s.ratio)},
+                                 {"intervals", s.intervals}});
+    }
+  }
   return j.dump();
 }
 
@@ -110,6 +135,29 @@ std::string human_line(const StepMetrics& m) {
                       m.tflops_per_device, m.mfu * 100.0);
   line += fmt::format(" | mem {} | left {}", format_bytes(m.mem_peak_bytes), format_duration(m.eta_s));
   return line;
+}
+
+std::string anomaly_line(const StepMetrics& m) {
+  const StepAnomaly& a = *m.anomaly;
+  std::string seen =
+      a.kind == AnomalyKind::nonfinite
+          ? fmt::format("loss {:.4f} and grad norm {:.4f} (not finite)", m.loss, m.grad_norm)
+          : fmt::format("loss spike: {:.4f} > {:.4g} x running mean {:.4f}", m.loss,
+                        a.running_mean > 0 ? a.threshold / a.running_mean : 0.0, a.running_mean);
+  std::string done;
+  switch (a.action) {
+    case AnomalyAction::stop: done = "stopping before the update"; break;
+    case AnomalyAction::skip:
+      done = fmt::format("skipped the update (samples {}-{} not trained on)", a.first_sample,
+                         a.end_sample - 1);
+      break;
+    case AnomalyAction::rewind:
+      done = fmt::format("rewound to the checkpoint of step {} and skipped samples {}-{}",
+                         a.rewound_to_step, a.first_sample, a.end_sample - 1);
+      break;
+  }
+  return fmt::format("step {}: {}; {}; anomaly {} of at most {} in {} steps", m.step, seen, done,
+                     a.recent, a.limit, a.window);
 }
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {

@@ -25,6 +25,7 @@ StepResult train_step(const StepParts& parts, MicrobatchSource& source, const St
   r.loss = loss_sum / static_cast<double>(request.batch_tokens);
 
   const Tensor grads = model.params().all_grads();
+  if (request.before_grad_norm) request.before_grad_norm(grads);
   double sq = 0;
   {
     const BlockingOp watch("waiting for the GPU's step (grad norm)", "device");
@@ -33,12 +34,14 @@ StepResult train_step(const StepParts& parts, MicrobatchSource& source, const St
   sq = g.grad_norm.all_reduce_scalar(sq, ReduceOp::sum);
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;
+  if (request.apply_update && !request.apply_update(r)) return r;
   if (request.grad_clip > 0 && r.grad_norm > request.grad_clip) {
     r.clip_scale = request.grad_clip / r.grad_norm;
   }
   parts.optimizer.step(request.lr, static_cast<float>(r.clip_scale), grads);
   // Overlaps whatever comes next: the next step's forward waits for each bucket it reads.
   sync.start_weight_gather();
+  r.applied = true;
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/model/flops.h"
@@ -23,7 +24,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
       groups_(process_groups(grid_)),
       plan_(plan_stage(cfg_, grid_.coords())),
       // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
-      planned_(plan_memory(cfg_)) {
+      planned_(plan_memory(cfg_)),
+      anomalies_(cfg_.train),
+      faults_(FaultInjection::from_environment()) {
   check_device_supports(cfg_, plan_.model, backend_.device().kind());
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
@@ -47,6 +50,10 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
                                     emf_layout(cfg_.parallel.tp, cfg_.parallel.pp, dp));
   }
   peak_ = run_peak(cfg_, backend_);
+  if (world_->size() > 1) {
+    stragglers_ = std::make_unique<StragglerDetector>(*world_, grid_.pp_rank(), cfg_.log.straggler_ratio,
+                                                      cfg_.log.straggler_intervals);
+  }
   print_start();
   if (!cfg_.checkpoint.dir.empty() || cfg_.checkpoint.resume != "none") {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *world_);
@@ -71,7 +78,9 @@ void Trainer::print_start() {
                          static_cast<double>(model_->activation_bytes())};
   print(layout_line(cfg_, bytes, backend_.device().name(), peak_));
   if (cfg_.parallel.pp > 1) print(pipeline_line(cfg_, plan_));
+  if (world_->size() > 1) print(placement_line(grid_));
   print(data_->describe());
+  if (!faults_.empty()) print(faults_.describe());
 }
 
 void Trainer::evaluate(StepMetrics& m) {
@@ -98,6 +107,18 @@ void Trainer::collect_comm_bytes(StepMetrics& m) {
                   {"pp", groups_.pp.bytes_sent()}, {"embedding", groups_.embedding.bytes_sent()}};
 }
 
+void Trainer::log_step(StepMetrics& m, bool interval) {
+  if (metrics_) metrics_->write(m);
+  if (interval || m.anomaly) {
+    print(human_line(m));
+    if (m.anomaly) print(anomaly_line(m));
+    if (m.ranks) {
+      for (const std::string& line : rank_times_lines(*m.ranks, cfg_.log.straggler_ratio)) print(line);
+    }
+    if (emf_) emf_->write(m);
+  }
+}
+
 TrainSummary Trainer::run() {
   using clock = std::chrono::steady_clock;
   struct DenormalScope {
@@ -108,16 +129,20 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   const int64_t steps = cfg_.train.steps, seq = cfg_.model.context;
   const int64_t pp = cfg_.parallel.pp;
+  const int64_t slow_ms = faults_.slow_ms(world_->rank());
   double time_spent = 0;
+  int64_t steps_timed = 0;
+  double interval_compute_s = 0, interval_wait_s = 0;  // this rank's, for the straggler report
   summary.first_step = step_ + 1;
   summary.steps = step_;
-  for (int64_t step = step_ + 1; step <= steps; ++step) {
+  for (int64_t step = step_ + 1; step <= steps;) {
     const auto t0 = clock::now();
     if (checkpointer_) checkpointer_->poll();
     const int64_t batch = ramp_->at(consumed_tokens_);
     const int64_t batch_tokens = batch * seq;
     const double lr = lr_->at(consumed_tokens_ + batch_tokens);
-    data_->train().start_step(consumed_samples_);
+    const int64_t first_sample = consumed_samples_;
+    data_->train().start_step(first_sample);
     if (cfg_.log.comm) {
       for (Comm* c : {&groups_.tp, &groups_.dp, &groups_.pp, &groups_.embedding}) c->reset_bytes();
     }
@@ -127,19 +152,36 @@ TrainSummary Trainer::run() {
                                   "of parallel.pp = {}, which interleaving needs",
                                   step, micro_steps, pp));
     }
-    const StepResult r =
-        train_step(*step_parts_, data_->train(),
-                   {.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
-                    .grad_clip = cfg_.train.grad_clip});
-    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-      throw UserError(fmt::format("step {}: loss is {} (grad norm {}); stopping before the "
-                                  "update. Lower train.lr (now {}) or check the data",
-                                  step, r.loss, r.grad_norm, cfg_.train.lr));
+    StepRequest request{.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
+                        .grad_clip = cfg_.train.grad_clip};
+    // Every rank holds the same loss and grad norm here, so every rank decides alike.
+    request.apply_update = [this](const StepResult& r) {
+      return !anomalies_.check(r.loss, r.grad_norm).kind;
+    };
+    if (faults_.nan_in(first_sample, first_sample + batch)) {
+      request.before_grad_norm = [this](Tensor grads) { poison_with_nan(backend_, grads); };
     }
+    ScrambledTargets scrambled(data_->train(), cfg_.model.vocab, cfg_.parallel.micro_batch * seq);
+    MicrobatchSource& source = faults_.spike_in(first_sample, first_sample + batch)
+                                   ? static_cast<MicrobatchSource&>(scrambled)
+                                   : data_->train();
+
+    const double wait_before = comm_wait_seconds();
+    const auto compute_start = clock::now();
+    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    const StepResult r = train_step(*step_parts_, source, request);
+    const double waited = comm_wait_seconds() - wait_before;
+    interval_wait_s += waited;
+    interval_compute_s += std::chrono::duration<double>(clock::now() - compute_start).count() - waited;
+
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-    consumed_samples_ += batch;
-    consumed_tokens_ += batch_tokens;
+    if (r.applied) {
+      anomalies_.accept(r.loss);
+      consumed_samples_ += batch;
+      consumed_tokens_ += batch_tokens;
+    }
     time_spent += dt;
+    ++steps_timed;
 
     StepMetrics m;
     m.step = step;
@@ -155,17 +197,27 @@ TrainSummary Trainer::run() {
                           static_cast<double>(world_->size()) / 1e12;
     m.mfu = m.tflops_per_device / peak_.tflops;
     m.mem_peak_bytes = peak_rss_bytes();
-    m.eta_s = time_spent / static_cast<double>(step - summary.first_step + 1) *
-              static_cast<double>(steps - step);
-    if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
-      evaluate(m);
-      summary.final_val_loss = m.val_loss;
+    m.eta_s = time_spent / static_cast<double>(steps_timed) * static_cast<double>(steps - step);
+    const bool interval = step % cfg_.log.every == 0 || step == steps || step == 1;
+    if (stragglers_ && step % cfg_.log.every == 0) {
+      m.ranks = stragglers_->gather(interval_compute_s, interval_wait_s);
+      interval_compute_s = interval_wait_s = 0;
     }
-    if (cfg_.log.comm) collect_comm_bytes(m);
-    if (metrics_) metrics_->write(m);
-    if (step % cfg_.log.every == 0 || step == steps || step == 1 || m.val_loss) {
-      print(human_line(m));
-      if (emf_) emf_->write(m);
+    if (!r.applied) {
+      // Logged there: the step's line, then what was done about it.
+      const int64_t next = handle_anomaly(m, anomalies_.check(r.loss, r.grad_norm), first_sample,
+                                          batch, summary);
+      if (next <= step) {  // a rewind: the steps from the checkpoint on run again
+        step = next;
+        continue;
+      }
+    } else {
+      if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
+        evaluate(m);
+        summary.final_val_loss = m.val_loss;
+      }
+      if (cfg_.log.comm) collect_comm_bytes(m);
+      log_step(m, interval || m.val_loss.has_value());
     }
     summary.losses.push_back(r.loss);
     summary.final_loss = r.loss;
@@ -179,7 +231,9 @@ TrainSummary Trainer::run() {
       stop_for_signal(summary, signal, step, lr, batch);
       break;
     }
+    ++step;
   }
+  summary.anomalies = anomalies_.progress().skipped;
   if (checkpointer_) checkpointer_->wait();
   grad_sync_->wait_for_weights();  // the model's weights are whole when run() returns
   // On a GPU: device memory in use (arenas are allocated once, so this is the peak) against

@@ -60,15 +60,13 @@ void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   header.precision = cfg_.train.precision;
   header.data_train = cfg_.data.train;
   header.tokenizer = cfg_.data.tokenizer;
+  p.anomalies = anomalies_.progress();
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
                       writer, shard_file_name(grid_.coords()));
 }
 
-void Trainer::resume_from_checkpoint() {
-  const bool reader = writes_checkpoint();
-  const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(StateUse::load), reader);
-  if (!m) return;
+void Trainer::restore_loaded_state(const Manifest& m) {
   upload_staged_state();
   if (cfg_.parallel.dp > 1 && !plan_.zero1) {
     // dp rank 0 read the state; its replicas receive it over the data-parallel group.
@@ -80,10 +78,18 @@ void Trainer::resume_from_checkpoint() {
   // ZeRO-1: each rank read only its shards; the weights of the others come from them.
   grad_sync_->start_weight_gather();
   grad_sync_->wait_for_weights();
-  optimizer_->set_steps_taken(m->progress.optimizer_steps);
-  step_ = m->progress.step;
-  consumed_samples_ = m->progress.consumed_samples;
-  consumed_tokens_ = m->progress.consumed_tokens;
+  optimizer_->set_steps_taken(m.progress.optimizer_steps);
+  step_ = m.progress.step;
+  consumed_samples_ = m.progress.consumed_samples;
+  consumed_tokens_ = m.progress.consumed_tokens;
+}
+
+void Trainer::resume_from_checkpoint() {
+  const bool reader = writes_checkpoint();
+  const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(StateUse::load), reader);
+  if (!m) return;
+  restore_loaded_state(*m);
+  anomalies_.restore(m->progress.anomalies);
   if (m->progress.seed != cfg_.train.seed) {
     print(fmt::format("checkpoint: saved with train.seed = {}, this run has {}: the data order "
                       "from here on follows the new seed", m->progress.seed, cfg_.train.seed));

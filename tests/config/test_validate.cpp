@@ -96,6 +96,26 @@ TEST(Validate, LoadingChecksWhatItCanBeforeTheWorldIsKnown) {
   EXPECT_NO_THROW(validate(run_with({"parallel.tp=2", "parallel.pp=2"}), 0));
 }
 
+TEST(Validate, AnomalyAndStragglerKeys) {
+  // A name that is not a choice fails while parsing, naming the override.
+  try {
+    run_with({"train.on_anomaly=retry"});
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("train.on_anomaly = \"retry\": expected \"stop\", "
+                                    "\"skip\" or \"rewind\""));
+  }
+  expect_error({"train.spike_ratio=0.9"}, {"train.spike_ratio = 0.9: expected > 1", "or 0"});
+  expect_error({"train.spike_window=0"}, {"train.spike_window = 0: expected >= 1"});
+  expect_error({"train.max_anomalies=-1"}, {"train.max_anomalies = -1: expected >= 0"});
+  expect_error({"train.anomaly_window=0"}, {"train.anomaly_window = 0: expected >= 1"});
+  expect_error({"train.rewind_skip_batches=-2"}, {"train.rewind_skip_batches = -2"});
+  expect_error({"train.on_anomaly=rewind", "checkpoint.dir=\"\""},
+               {"train.on_anomaly = \"rewind\" but checkpoint.dir is empty"});
+  expect_error({"log.straggler_ratio=1"}, {"log.straggler_ratio = 1: expected > 1"});
+  expect_error({"log.straggler_intervals=0"}, {"log.straggler_intervals = 0: expected >= 1"});
+}
+
 TEST(Validate, BatchesDivideIntoMicrobatchesOnEveryDataParallelRank) {
   expect_error({"train.global_batch=6"},
                {"train.global_batch = 6 is not a multiple of parallel.micro_batch x dp = 2 x 2"}, 2);

@@ -84,7 +84,8 @@ TEST(EmfLine, EveryMetricDeclaredWithItsUnitAndValue) {
   const json j = json::parse(line);
   const auto names = check_emf(j);
   EXPECT_EQ(names, (std::vector<std::string>{"Loss", "TokensPerSecond", "TFLOPsPerDevice", "MFU",
-                                             "GradNorm", "StepTime", "LearningRate", "MemoryPeak"}));
+                                             "GradNorm", "StepTime", "LearningRate", "MemoryPeak",
+                                             "Anomalies"}));
   EXPECT_EQ(j["_aws"]["Timestamp"].get<int64_t>(), 1700000000123);
   EXPECT_EQ(j["RunName"], "run-a");
   EXPECT_EQ(j["Layout"], "tp2-pp2-dp1");
@@ -130,8 +131,25 @@ TEST(EmfLine, NonFiniteMetricsAreLeftOutOfDeclarationAndValues) {
     EXPECT_FALSE(j.contains(gone)) << gone;
     EXPECT_EQ(std::count(names.begin(), names.end(), gone), 0) << gone;
   }
-  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.size(), 7u);
   EXPECT_DOUBLE_EQ(j["LearningRate"].get<double>(), 3e-4);
+}
+
+TEST(EmfLine, AnomaliesAndStragglersAreMetricsAnAlarmCanUse) {
+  StepMetrics m = sample_metrics();
+  EXPECT_EQ(json::parse(line_of(m))["Anomalies"].get<double>(), 0);  // zeros are data points
+  m.anomaly = jumbo::StepAnomaly{};
+  jumbo::RankTimes t;
+  t.slowest_ratio = 3.5;
+  t.stragglers.push_back({.rank = 7, .host = "node-b", .ratio = 3.5, .intervals = 2});
+  m.ranks = t;
+  const json j = json::parse(line_of(m));
+  const auto names = check_emf(j);
+  for (const char* name : {"Anomalies", "StragglerRatio", "Stragglers"})
+    EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name;
+  EXPECT_EQ(j["Anomalies"].get<double>(), 1);
+  EXPECT_EQ(j["StragglerRatio"].get<double>(), 3.5);
+  EXPECT_EQ(j["Stragglers"].get<double>(), 1);
 }
 
 TEST(EmfNames, LayoutAndRunName) {

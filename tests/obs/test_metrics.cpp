@@ -84,6 +84,38 @@ TEST(MetricsJson, NonFiniteValuesBecomeNull) {
   EXPECT_DOUBLE_EQ(j["lr"].get<double>(), 3e-4);  // finite neighbours untouched
 }
 
+TEST(MetricsJson, AnomalyAndRankTimesWhenPresent) {
+  StepMetrics m = sample_metrics();
+  m.anomaly = jumbo::StepAnomaly{.kind = jumbo::AnomalyKind::spike,
+                                 .action = jumbo::AnomalyAction::rewind, .running_mean = 4,
+                                 .threshold = 6, .first_sample = 160, .end_sample = 192,
+                                 .rewound_to_step = 10, .recent = 1, .limit = 5, .window = 1000};
+  jumbo::RankTimes t;
+  t.compute_s = {1, 1.5, 4};
+  t.wait_s = {0.1, 2, 3};
+  t.slowest_rank = 3;
+  t.slowest_host = "node-b";
+  t.slowest_ratio = 2.5;
+  t.stragglers.push_back({.rank = 3, .host = "node-b", .ratio = 2.5, .intervals = 2});
+  m.ranks = t;
+  const auto j = nlohmann::json::parse(jumbo::to_json_line(m));
+  const auto& a = j["anomaly"];
+  EXPECT_EQ(a["kind"], "spike");
+  EXPECT_EQ(a["action"], "rewind");
+  EXPECT_EQ(a["loss_mean"].get<double>(), 4);
+  EXPECT_EQ(a["skipped_samples"], nlohmann::json({160, 192}));
+  EXPECT_EQ(a["rewound_to_step"].get<int>(), 10);
+  EXPECT_EQ(j["ranks"]["compute_s"]["median"].get<double>(), 1.5);
+  EXPECT_EQ(j["ranks"]["stragglers"][0]["host"], "node-b");
+  m.loss = 9;
+  EXPECT_EQ(jumbo::anomaly_line(m),
+            "step 12: loss spike: 9.0000 > 1.5 x running mean 4.0000; rewound to the checkpoint "
+            "of step 10 and skipped samples 160-191; anomaly 1 of at most 5 in 1000 steps");
+  EXPECT_EQ(jumbo::rank_times_lines(t, 1.25).back(),
+            "straggler: rank 3 on host node-b computed 2.50x its stage's median for 2 intervals "
+            "in a row (log.straggler_ratio = 1.25)");
+}
+
 TEST(MetricsHuman, LineCarriesEveryFigure) {
   StepMetrics m = sample_metrics();
   m.val_loss = 5.3;

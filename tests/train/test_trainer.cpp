@@ -13,40 +13,10 @@
 #include "jumbo/data/prepare.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/train/trainer.h"
+#include "tiny_run.h"
 
 namespace jumbo {
 namespace {
-
-struct TinyRun {
-  test::TempDir dir;
-  std::string tokenizer = test::small_tokenizer();
-
-  TinyRun() {
-    const std::string docs = dir.file("docs.jsonl");
-    test::write_brown_subset(docs, 12);
-    PrepareOptions p;
-    p.inputs = {docs};
-    p.tokenizer = tokenizer;
-    p.output_prefix = dir.file("train");
-    prepare_dataset(p);
-    p.output_prefix = dir.file("valid");
-    prepare_dataset(p);
-  }
-
-  std::string config(const std::string& extra = "") {
-    const std::string path = dir.file("run.toml");
-    std::ofstream out(path);
-    out << "[model]\npreset = \"" << JUMBO_SOURCE_DIR << "/inputs/models/tiny.toml\"\n"
-        << "[parallel]\nmicro_batch = 4\n"
-        << "[train]\nsteps = 40\nglobal_batch = 8\nlr = 3e-3\nmin_lr = 3e-4\n"
-        << "warmup_tokens = 1000\neval_every = 20\neval_batches = 2\n"
-        << "[data]\ntrain = \"" << dir.file("train") << "\"\nvalid = \"" << dir.file("valid")
-        << "\"\ntokenizer = \"" << tokenizer << "\"\n"
-        << "[log]\nmetrics_file = \"" << dir.file("metrics.jsonl") << "\"\nevery = 100\n"
-        << extra;
-    return path;
-  }
-};
 
 // A second tokenizer with another vocabulary size, DIR/other.model; returns its documents.
 std::string other_tokenizer(TinyRun& run) {
@@ -58,12 +28,6 @@ std::string other_tokenizer(TinyRun& run) {
   o.vocab_size = 450;
   train_tokenizer(o);
   return docs;
-}
-
-TrainSummary train(const RunConfig& cfg) {
-  auto backend = make_cpu_backend();
-  Trainer t(cfg, *backend, mpi_world());
-  return t.run();
 }
 
 TEST(Trainer, TinyGptLearnsBrownText) {

@@ -83,6 +83,11 @@ class Checkpointer {
   // ranks where `reader`); nullopt for a fresh start. With "auto" an unusable checkpoint is
   // reported and the previous complete one is tried.
   std::optional<Manifest> resume(const std::vector<PieceData>& targets, bool reader);
+  // Collective (train.on_anomaly = "rewind"): completes a pending save, then loads the newest
+  // complete checkpoint under checkpoint.dir whose step is below `before_step` into `targets`;
+  // nullopt when there is none. Unusable ones are reported and skipped, as with "auto".
+  std::optional<Manifest> rewind(const std::vector<PieceData>& targets, bool reader,
+                                 int64_t before_step);
 
   const SaveStats& last_save() const { return last_save_; }
   double last_load_seconds() const { return load_s_; }
@@ -94,6 +99,10 @@ class Checkpointer {
   void run_io(std::function<void()> task);
   void apply_retention(int64_t saved_step);
   void print(const std::string& line) const;
+  // The newest loadable checkpoint with step < before_step, and its directory; `complete`
+  // counts those with a manifest that failed to load.
+  std::optional<Manifest> load_newest(const std::vector<PieceData>& targets, bool reader,
+                                      int64_t before_step, int& complete, std::string& loaded_dir);
   // One attempt: every rank agrees whether `dir` loaded; returns the error if not.
   std::optional<std::string> try_load(Storage& storage, const std::string& dir,
                                       const std::vector<PieceData>& targets, bool reader,

@@ -16,6 +16,25 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // Where training stood when the checkpoint was taken. The data order, the learning-rate and
 // batch schedules and parameter initialisation are functions of (seed, consumed samples,
 // consumed tokens): together with these numbers they are the whole training state.
+// A range of the data order the run did not train on (train.on_anomaly): the batch of an
+// anomalous step (skip), or the batches from the checkpoint a rewind went back to.
+struct SkippedSamples {
+  int64_t step = 0;  // the anomalous step
+  int64_t first_sample = 0, end_sample = 0;  // [first, end) of the data order
+  AnomalyKind kind = AnomalyKind::nonfinite;
+  AnomalyAction action = AnomalyAction::skip;
+  double loss = 0;              // the anomalous step's loss (NaN when not finite)
+  int64_t rewound_to_step = 0;  // rewind: the checkpoint's step
+  bool operator==(const SkippedSamples&) const = default;
+};
+
+// The anomaly guard's state: the running mean of accepted losses and the anomalies so far.
+struct AnomalyProgress {
+  double loss_mean = 0;
+  int64_t losses_seen = 0;  // accepted steps that fed loss_mean
+  std::vector<SkippedSamples> skipped;
+};
+
 struct CheckpointProgress {
   int64_t step = 0;
   int64_t consumed_samples = 0;
@@ -24,6 +43,7 @@ struct CheckpointProgress {
   uint64_t seed = 0;            // train.seed: sampler permutation and initialisation keys
   double lr = 0;                // the last step's learning rate and global batch (information)
   int64_t global_batch = 0;
+  AnomalyProgress anomalies;    // consumed_samples counts skipped samples; consumed_tokens not
 };
 
 struct ShardFileInfo {

@@ -4,6 +4,7 @@
 // Groups: tp, dp, pp, embedding (first and last stage of one pipeline, for the tied
 // embedding), model-parallel (tp x pp: one model replica, for the grad norm).
 #include <memory>
+#include <string>
 
 #include "jumbo/comm/comm.h"
 
@@ -49,5 +50,14 @@ class Grid {
   int tp_size_, pp_size_, dp_size_;
   int tp_rank_, pp_rank_, dp_rank_;
 };
+
+// This process's host name (gethostname: the UTS name, which a container or namespace sets).
+std::string host_name();
+
+// Collective over the grid's world, once at start: rank 0 gets "placement: 2 hosts (a: 4
+// ranks, b: 4 ranks); every tp group within one host (tp = 2)", or the first tp group that
+// spans hosts (its all-reduces would cross the network); the other ranks get "". Rank 0
+// receives each rank's host name once (64 bytes a rank).
+std::string placement_line(Grid& grid);
 
 }  // namespace jumbo

@@ -17,7 +17,11 @@ void start_comm_watchdog(double timeout_s);
 int add_async_error_check(std::function<std::string()> check);
 void remove_async_error_check(int id);
 
-// Marks a blocking operation for the watchdog for the lifetime of the object. `op` is a
+// Seconds this process has spent inside BlockingOps on communication groups (every group but
+// "device", a wait for the GPU's own work): what the straggler report calls waiting.
+double comm_wait_seconds();
+
+// Marks a blocking operation for the watchdog for the lifetime of the object, and times it. `op` is a
 // string literal; the group's name is copied (a temporary may name it), cut to 47 characters.
 class BlockingOp {
  public:
@@ -28,6 +32,7 @@ class BlockingOp {
 
  private:
   bool armed_ = false;
+  int64_t started_ns_ = 0;  // 0: not timed (the "device" group)
   std::array<char, 48> group_{};
 };
 

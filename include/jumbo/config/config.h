@@ -20,6 +20,15 @@ struct UserError : std::runtime_error {
 enum class Precision { fp32, bf16 };
 const char* to_string(Precision p);
 
+// What a run does with an anomalous step (train.on_anomaly, docs/config.md "Anomalies"): end
+// the run before the update, skip the update (the batch's samples are skipped), or go back to
+// the newest checkpoint before it and skip the batches from there (PaLM's remedy).
+enum class AnomalyAction { stop, skip, rewind };
+const char* to_string(AnomalyAction a);
+// A non-finite loss or grad norm, or a loss above train.spike_ratio x the running mean.
+enum class AnomalyKind { nonfinite, spike };
+const char* to_string(AnomalyKind k);
+
 struct ModelConfig {
   std::string preset;        // path of the preset file the keys came from (informational)
   std::string name = "custom";
@@ -70,6 +79,18 @@ struct TrainConfig {
   // estimated memory per GPU against its memory and refuses a layout that cannot fit; it
   // is also the peak for MFU unless log.peak_tflops is set. "" = none (a CPU run).
   std::string gpu;
+  // Anomalies (src/train/anomaly.h): a step is anomalous when its loss or grad norm is not
+  // finite, or (after spike_window accepted steps) its loss exceeds spike_ratio x the running
+  // mean, an exponential moving average over about spike_window accepted steps; 0 = no spikes.
+  AnomalyAction on_anomaly = AnomalyAction::stop;
+  double spike_ratio = 1.5;
+  int64_t spike_window = 100;
+  // More than max_anomalies anomalies within anomaly_window steps ends the run.
+  int64_t max_anomalies = 5;
+  int64_t anomaly_window = 1000;
+  // rewind: batches skipped from the checkpoint on; 0 = every batch from the checkpoint
+  // through the anomalous one.
+  int64_t rewind_skip_batches = 0;
 };
 
 // One dataset of a mixture: the prefix of a prepared dataset (jumbo's PREFIX.idx/.bin or
@@ -127,6 +148,11 @@ struct LogConfig {
   std::string emf_address;    // the agent's EMF endpoint, "tcp://127.0.0.1:25888"; "" = none
   std::string emf_namespace = "jumbo";
   std::string run_name;       // the RunName dimension; "" = the config file's name
+  // Stragglers (obs/stragglers.h), every log interval of a run of several ranks: a rank whose
+  // compute time exceeds straggler_ratio x its pipeline stage's median for
+  // straggler_intervals intervals in a row is flagged.
+  double straggler_ratio = 1.25;
+  int64_t straggler_intervals = 2;
 };
 
 struct RunConfig {

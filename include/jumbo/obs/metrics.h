@@ -8,7 +8,23 @@
 #include <utility>
 #include <vector>
 
+#include "jumbo/config/config.h"
+#include "jumbo/obs/stragglers.h"
+
 namespace jumbo {
+
+// What the anomaly guard saw at a step and what the run did (train.on_anomaly).
+struct StepAnomaly {
+  AnomalyKind kind = AnomalyKind::nonfinite;
+  AnomalyAction action = AnomalyAction::stop;
+  double running_mean = 0;  // the statistic (0: spikes not checked yet)
+  double threshold = 0;     // spike_ratio x running_mean
+  int64_t first_sample = 0, end_sample = 0;  // samples skipped (skip, rewind)
+  int64_t rewound_to_step = 0;               // rewind: the checkpoint's step
+  int64_t recent = 0;        // anomalies within train.anomaly_window steps, this one included
+  int64_t limit = 0;         // train.max_anomalies
+  int64_t window = 0;        // train.anomaly_window
+};
 
 struct StepMetrics {
   int64_t step = 0;            // 1-based optimizer step just finished
@@ -28,6 +44,8 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> val_losses;  // per validation set, by name
   // log.comm: bytes this rank handed to each group's operations during the step.
   std::vector<std::pair<std::string, uint64_t>> comm_bytes;
+  std::optional<StepAnomaly> anomaly;  // an anomalous step (its loss and grad norm above)
+  std::optional<RankTimes> ranks;      // every log interval of a run of several ranks
 };
 
 class MetricsLog {
@@ -48,6 +66,9 @@ std::string to_json_line(const StepMetrics& m);
 // "step   12/200 | loss 5.1234 | val 5.3000 | lr 3.00e-04 | gnorm 0.850 | batch 32 | 12.3k tok/s |
 //  0.103 TFLOP/s | MFU 51.2% | mem 1.2 GiB | left 3m12s" (val only when present)
 std::string human_line(const StepMetrics& m);
+// "step 57: loss spike: 9.8123 > 1.50 x running mean 6.1012; skipped the update (samples
+// 912-927 not trained on); anomaly 1 of at most 5 in 1000 steps"
+std::string anomaly_line(const StepMetrics& m);
 std::string format_duration(double seconds);  // "45s", "3m12s", "2h05m", "3d04h"
 // "512 B", "793.0 KiB", "1.39 GiB": binary units, `decimals` digits above bytes.
 std::string human_bytes(double bytes, int decimals);

@@ -4,6 +4,7 @@
 // the global grad norm, clipping, AdamW, and (ZeRO-1) the weight all-gather. Shared by the
 // trainer and `jumbo bench train`.
 #include <cstdint>
+#include <functional>
 
 #include "jumbo/comm/grid.h"
 #include "jumbo/model/gpt.h"
@@ -23,20 +24,26 @@ struct StepParts {
   const ProcessGroups& groups;
 };
 
+struct StepResult {
+  double loss = 0;       // mean per-token loss over the step's global batch
+  double grad_norm = 0;  // before clipping
+  double clip_scale = 1;
+  bool applied = false;  // the optimizer updated the weights
+};
+
 struct StepRequest {
   int64_t microbatches = 1;  // on this data-parallel rank
   int64_t batch_tokens = 0;  // tokens of the whole global batch: the loss is their mean
   double lr = 0;
   double grad_clip = 0;      // 0 disables clipping
+  // Asked once the loss and grad norm are known (the same on every rank): whether to update.
+  // Empty: update. A step whose loss or norm is not finite never updates.
+  std::function<bool(const StepResult&)> apply_update = nullptr;
+  // Runs on the whole gradient buffer before its norm: the test faults' NaN (fault_injection.h).
+  std::function<void(Tensor grads)> before_grad_norm = nullptr;
 };
 
-struct StepResult {
-  double loss = 0;       // mean per-token loss over the step's global batch
-  double grad_norm = 0;  // before clipping
-  double clip_scale = 1;
-};
-
-// Does not update when the loss or the norm is not finite.
+// Does not update when the loss or the norm is not finite, or apply_update says no.
 StepResult train_step(const StepParts& parts, MicrobatchSource& source, const StepRequest& request);
 
 // The parts of a step on one rank alone, built and owned as the trainer builds its own: for

@@ -20,7 +20,10 @@
 #include "jumbo/parallel/groups.h"
 #include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/parallel/stage_plan.h"
+#include "jumbo/obs/stragglers.h"
+#include "jumbo/train/anomaly.h"
 #include "jumbo/train/checkpoint_io.h"
+#include "jumbo/train/fault_injection.h"
 #include "jumbo/train/grad_sync.h"
 #include "jumbo/train/optimizer.h"
 #include "jumbo/train/run_data.h"
@@ -35,7 +38,8 @@ struct TrainSummary {
   int64_t first_step = 1;   // the first step this process ran (after a resume: its step + 1)
   double final_loss = 0;
   std::optional<double> final_val_loss;
-  std::vector<double> losses;  // per step run by this process, for tests
+  std::vector<double> losses;  // per step run by this process (a rewind drops the undone ones)
+  std::vector<SkippedSamples> anomalies;  // every anomaly of the run, a resumed one's included
   // A graceful stop (stop_signal.h): the signal, and whether a checkpoint of `steps` was saved.
   int stop_signal = 0;
   bool stop_saved = false;
@@ -70,6 +74,13 @@ class Trainer {
   bool writes_checkpoint() const;
   void save_checkpoint(int64_t step, double lr, int64_t batch);
   void resume_from_checkpoint();
+  // After a load into checkpoint_pieces(load): the state everywhere, the counters of `m`.
+  void restore_loaded_state(const Manifest& m);
+  // An anomalous step (trainer_anomaly.cpp): records it, logs it (m, human line, EMF) and
+  // acts on train.on_anomaly; throws UserError to stop. Returns the step the run goes on from.
+  int64_t handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict, int64_t first_sample,
+                         int64_t batch, TrainSummary& summary);
+  void log_step(StepMetrics& m, bool interval);  // JSON line, human line, EMF
   // After a stop signal: save (unless this step was just saved), wait, and report.
   void stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr, int64_t batch);
 
@@ -93,7 +104,11 @@ class Trainer {
   Peak peak_;
   std::array<std::vector<float>, 3> staged_state_;  // master, m, v (device runs, checkpoints)
   std::unique_ptr<Checkpointer> checkpointer_;
-  // Where training stands (restored by a resume).
+  AnomalyGuard anomalies_;
+  FaultInjection faults_;
+  std::unique_ptr<StragglerDetector> stragglers_;  // runs of several ranks
+  // Where training stands (restored by a resume). consumed_samples_ is the position in the
+  // data order (skipped samples included); consumed_tokens_ counts the tokens trained on.
   int64_t step_ = 0, consumed_samples_ = 0, consumed_tokens_ = 0;
 };
 

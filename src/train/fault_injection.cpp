@@ -1,0 +1,88 @@
+#include "jumbo/train/fault_injection.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+int64_t parse_count(const std::string& text, const std::string& entry) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 18) {
+    throw UserError(fmt::format("JUMBO_TEST_FAULT: \"{}\": \"{}\" is not a whole number >= 0; "
+                                "expected nan@SAMPLE, spike@SAMPLE or slow@RANK:MS",
+                                entry, text));
+  }
+  return std::stoll(text);
+}
+
+}  // namespace
+
+FaultInjection FaultInjection::from_environment() {
+  const char* text = std::getenv("JUMBO_TEST_FAULT");
+  return text ? parse(text) : FaultInjection{};
+}
+
+FaultInjection FaultInjection::parse(const std::string& text) {
+  FaultInjection f;
+  std::stringstream in(text);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    if (entry.empty()) continue;
+    const size_t at = entry.find('@');
+    const std::string kind = entry.substr(0, at), where = at == std::string::npos ? "" : entry.substr(at + 1);
+    if (kind == "nan" && at != std::string::npos) {
+      f.nan_samples_.push_back(parse_count(where, entry));
+    } else if (kind == "spike" && at != std::string::npos) {
+      f.spike_samples_.push_back(parse_count(where, entry));
+    } else if (kind == "slow" && where.find(':') != std::string::npos) {
+      const size_t colon = where.find(':');
+      f.slow_.emplace_back(static_cast<int>(parse_count(where.substr(0, colon), entry)),
+                           parse_count(where.substr(colon + 1), entry));
+    } else {
+      throw UserError(fmt::format("JUMBO_TEST_FAULT: \"{}\": expected nan@SAMPLE, spike@SAMPLE "
+                                  "or slow@RANK:MS (comma-separated)", entry));
+    }
+  }
+  return f;
+}
+
+bool FaultInjection::hits(const std::vector<int64_t>& samples, int64_t first, int64_t end) {
+  return std::any_of(samples.begin(), samples.end(),
+                     [&](int64_t s) { return s >= first && s < end; });
+}
+
+int64_t FaultInjection::slow_ms(int world_rank) const {
+  int64_t ms = 0;
+  for (const auto& [rank, extra] : slow_)
+    if (rank == world_rank) ms += extra;
+  return ms;
+}
+
+std::string FaultInjection::describe() const {
+  if (empty()) return "";
+  std::string out;
+  for (int64_t s : nan_samples_) out += fmt::format("{}NaN gradients at sample {}", out.empty() ? "" : ", ", s);
+  for (int64_t s : spike_samples_) out += fmt::format("{}scrambled targets at sample {}", out.empty() ? "" : ", ", s);
+  for (const auto& [rank, ms] : slow_) out += fmt::format("{}rank {} slower by {} ms", out.empty() ? "" : ", ", rank, ms);
+  return "test faults (JUMBO_TEST_FAULT): " + out;
+}
+
+void ScrambledTargets::next(int32_t* tokens, int32_t* targets) {
+  inner_.next(tokens, targets);
+  const int64_t half = vocab_ / 2;
+  for (int64_t i = 0; i < tokens_; ++i)
+    targets[i] = static_cast<int32_t>((targets[i] + half) % vocab_);
+}
+
+void poison_with_nan(Backend& backend, Tensor grads) {
+  const float nan = NAN;
+  backend.from_host(grads.rows(0, 1), &nan);
+}
+
+}  // namespace jumbo

@@ -1,0 +1,99 @@
+// What the trainer does with an anomalous step (train.on_anomaly; docs/config.md "Anomalies"):
+// stop before the update, skip the update, or rewind to the newest checkpoint before the step
+// and skip the batches from there. Whatever is skipped is a range of the data order, recorded
+// in the anomaly guard and saved with every checkpoint.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "jumbo/train/trainer.h"
+
+namespace jumbo {
+namespace {
+
+std::string seen_text(AnomalyKind kind, double loss, double grad_norm) {
+  return kind == AnomalyKind::nonfinite
+             ? fmt::format("loss is {} (grad norm {})", loss, grad_norm)
+             : fmt::format("loss {:.4f} is a spike", loss);
+}
+
+}  // namespace
+
+int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
+                                int64_t first_sample, int64_t batch, TrainSummary& summary) {
+  const TrainConfig& t = cfg_.train;
+  const AnomalyKind kind = *verdict.kind;
+  const int64_t step = m.step;
+  StepAnomaly& a = m.anomaly.emplace();
+  a.kind = kind;
+  a.action = t.on_anomaly;
+  a.running_mean = verdict.running_mean;
+  a.threshold = verdict.threshold;
+  a.limit = t.max_anomalies;
+  a.window = t.anomaly_window;
+  if (t.on_anomaly == AnomalyAction::stop) {
+    a.recent = 1;
+    log_step(m, true);
+    throw UserError(fmt::format(
+        "step {}: {}; stopping before the update (train.on_anomaly = \"stop\"). {}", step,
+        seen_text(kind, m.loss, m.grad_norm),
+        kind == AnomalyKind::nonfinite
+            ? fmt::format("Lower train.lr (now {}) or check the data", t.lr)
+            : fmt::format("The running mean was {:.4f}; train.spike_ratio = {}; set "
+                          "train.on_anomaly = \"skip\" or \"rewind\" to go on",
+                          verdict.running_mean, t.spike_ratio)));
+  }
+
+  SkippedSamples skipped{.step = step, .first_sample = first_sample,
+                         .end_sample = first_sample + batch, .kind = kind,
+                         .action = t.on_anomaly, .loss = m.loss};
+  int64_t next = step + 1;
+  std::string fallback;
+  if (t.on_anomaly == AnomalyAction::rewind) {
+    std::optional<Manifest> saved;
+    if (checkpointer_) {
+      saved = checkpointer_->rewind(checkpoint_pieces(StateUse::load), writes_checkpoint(), step);
+    }
+    if (saved) {
+      restore_loaded_state(*saved);
+      anomalies_.restore_running_mean(saved->progress.anomalies);
+      // From the checkpoint's place in the data order: every batch through the anomalous one,
+      // or train.rewind_skip_batches batches of the checkpoint's batch size.
+      skipped.first_sample = consumed_samples_;
+      skipped.end_sample = t.rewind_skip_batches == 0
+                               ? first_sample + batch
+                               : consumed_samples_ + t.rewind_skip_batches * ramp_->at(consumed_tokens_);
+      skipped.rewound_to_step = step_;
+      next = step_ + 1;
+      const auto kept = static_cast<size_t>(std::max<int64_t>(0, step_ - summary.first_step + 1));
+      if (step_ < summary.first_step - 1) summary.first_step = step_ + 1;
+      summary.losses.resize(std::min(summary.losses.size(), kept));
+      summary.steps = step_;
+    } else {
+      skipped.action = AnomalyAction::skip;
+      fallback = fmt::format("no checkpoint before step {} under {} to rewind to: skipped the "
+                             "update instead", step, cfg_.checkpoint.dir);
+    }
+  }
+  consumed_samples_ = skipped.end_sample;  // skipped samples move the data order, not the tokens
+  a.action = skipped.action;
+  a.first_sample = skipped.first_sample;
+  a.end_sample = skipped.end_sample;
+  a.rewound_to_step = skipped.rewound_to_step;
+  a.recent = anomalies_.record(skipped);
+  log_step(m, true);
+  if (!fallback.empty()) print(fallback);
+  if (anomalies_.over_limit(a.recent)) {
+    if (checkpointer_) checkpointer_->wait();
+    throw UserError(fmt::format(
+        "step {}: {} anomalies within train.anomaly_window = {} steps, more than "
+        "train.max_anomalies = {}: stopping (the last: {}, samples {}-{}); look at the data "
+        "there or lower train.lr (now {})",
+        step, a.recent, t.anomaly_window, t.max_anomalies, seen_text(kind, m.loss, m.grad_norm),
+        skipped.first_sample, skipped.end_sample - 1, t.lr));
+  }
+  return next;
+}
+
+}  // namespace jumbo
