@@ -2,9 +2,13 @@
 # ParallelCluster OnNodeConfigured action for jumbo (parallelcluster/README.md). ParallelCluster
 # runs it as root on every node once the node is configured (Slurm set up, /fsx mounted):
 #
-#   1. installs jumbo's packages: scripts/install-deps.sh's list, mapped to Ubuntu 22.04;
-#   2. head node only: builds jumbo once onto /fsx/jumbo (under a lock; skipped while the
-#      sources are unchanged); compute nodes run the binary from there;
+#   1. head node only: installs jumbo's build packages (scripts/install-deps.sh's list, mapped
+#      to Ubuntu 22.04), NCCL into /fsx/jumbo/deps/nccl, and builds jumbo with the CUDA backend
+#      once onto /fsx/jumbo (under a lock; skipped while the sources are unchanged), with the
+#      shared libraries it needs beside it;
+#   2. compute nodes install nothing (a boot counts against Slurm's resume timeout): they check
+#      that /fsx/jumbo's binary finds every library, GPU nodes that the aws-ofi-nccl plugin is
+#      there, and log it; `jumbo doctor` checks each node again before every job;
 #   3. appends cloudwatch-agent.json to the CloudWatch agent's configuration (EMF metrics).
 #
 # Open MPI, libfabric and the EFA provider are the AWS EFA installer's, already on every
@@ -20,10 +24,15 @@
 # (pinned) on the head node, and gcc 12 (as on Debian 12) replaces the default gcc 11.
 #
 # Usage: on-node-configured.sh --role head|compute --artifacts s3://BUCKET/PREFIX
-#                              [--arch MARCH] [--cmake-arg ARG]... [--rebuild] [--dry-run]
+#                              [--arch MARCH] [--cuda-arch SM] [--no-cuda] [--nccl-version V]
+#                              [--cmake-arg ARG]... [--rebuild] [--dry-run]
 #   --artifacts  the S3 prefix holding jumbo-src.tar.gz (git archive of the repository) and
 #                cloudwatch-agent.json
 #   --arch       -march for jumbo's CPU kernels: the compute nodes' CPU (p4d: cascadelake)
+#   --cuda-arch  CMAKE_CUDA_ARCHITECTURES for the CUDA backend; default 80 (p4d's A100; p5: 90)
+#   --no-cuda    a CPU-only build (no NCCL): for a cluster without GPU queues
+#   --nccl-version  the libnccl2 package version, e.g. 2.23.4-1+cuda12.6; default the newest
+#                built for the node's CUDA toolkit
 #   --rebuild    build even if this source tarball was built before (run by hand on the head node)
 #   --dry-run    print what would be done, change nothing (used by tests/cluster)
 # Everything it does is logged to /var/log/jumbo-on-node-configured.log.
@@ -36,6 +45,12 @@ readonly MPI_HOME=/opt/amazon/openmpi
 readonly EFA_HOME=/opt/amazon/efa
 readonly CW_CTL=/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
 readonly CW_CONFIG=/opt/jumbo/cloudwatch-agent.json
+readonly CUDA_HOME=/usr/local/cuda
+# The EFA installer puts aws-ofi-nccl here (ParallelCluster AMIs); older AMIs used the second.
+readonly OFI_NCCL_DIRS=(/opt/amazon/ofi-nccl/lib /opt/amazon/ofi-nccl/lib64 /opt/aws-ofi-nccl/lib)
+# NVIDIA's signed apt repository for Ubuntu 22.04 (docs.nvidia.com/cuda/cuda-installation-guide-linux,
+# "Network Repo Installation for Ubuntu"): libnccl2 and libnccl-dev for each CUDA release.
+readonly NVIDIA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64
 readonly CMAKE_VERSION=3.31.6
 readonly CMAKE_VENV=/opt/jumbo/cmake-$CMAKE_VERSION
 readonly HDF5_VERSION=1.14.6
@@ -60,7 +75,7 @@ declare -A source_fallback=(
   [libcli11-dev]="CLI11-2.4.2 https://github.com/CLIUtils/CLI11/archive/refs/tags/v2.4.2.tar.gz f2d893a65c3b1324c50d4e682c0cdc021dd0477ae2c048544f39eed6654b699a -DCLI11_BUILD_TESTS=OFF -DCLI11_BUILD_EXAMPLES=OFF -DCLI11_BUILD_DOCS=OFF"
 )
 
-role="" artifacts="" arch=x86-64-v3 rebuild=0 dry_run=0
+role="" artifacts="" arch=x86-64-v3 rebuild=0 dry_run=0 cuda=1 cuda_arch=80 nccl_version=""
 cmake_extra=() from_source=() tmp_dir="" lock_dir="" region=""
 
 log() { printf '%s on-node-configured: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"; }
@@ -80,17 +95,20 @@ usage() { sed -n '/^# Usage:/,/^# Everything/p' "${BASH_SOURCE[0]}" | sed 's/^# 
 parse_args() {
   while (($#)); do
     case $1 in
-      --role | --artifacts | --arch | --cmake-arg)
+      --role | --artifacts | --arch | --cuda-arch | --nccl-version | --cmake-arg)
         (($# >= 2)) || die "$1 needs a value"
         case $1 in
           --role) role=$2 ;;
           --artifacts) artifacts=${2%/} ;;
           --arch) arch=$2 ;;
+          --cuda-arch) cuda_arch=$2 ;;
+          --nccl-version) nccl_version=$2 ;;
           --cmake-arg) cmake_extra+=("$2") ;;
         esac
         shift 2
         ;;
       --rebuild) rebuild=1 && shift ;;
+      --no-cuda) cuda=0 && shift ;;
       --dry-run) dry_run=1 && shift ;;
       -h | --help) usage && exit 0 ;;
       *) die "unknown argument '$1' (--help lists them)" ;;
@@ -111,6 +129,9 @@ parse_args() {
   [[ $role == head || $role == compute ]] || die "--role must be head or compute (got '${role}')"
   [[ $artifacts == s3://?* ]] || die "--artifacts must be an s3:// prefix (got '${artifacts}')"
   [[ $arch =~ ^[a-z0-9_.-]+$ ]] || die "--arch '$arch' is not a -march value"
+  [[ $cuda_arch =~ ^[0-9]+(\;[0-9]+)*$ ]] || die "--cuda-arch '$cuda_arch': expected e.g. 80 or '80;90'"
+  [[ -z $nccl_version || $nccl_version =~ ^[0-9.]+-[0-9]+\+cuda[0-9.]+$ ]] ||
+    die "--nccl-version '$nccl_version': expected a libnccl2 version such as 2.23.4-1+cuda12.6"
 }
 
 on_error() {
@@ -218,6 +239,120 @@ first_dir() { # first_dir DIR...: the first that exists (lib or lib64 differs be
   local dir
   for dir in "$@"; do [[ -d $dir ]] && echo "$dir" && return 0; done
   echo "$1"
+}
+
+# ---------------------------------------------------------------- NCCL and the CUDA toolkit
+
+# The CUDA toolkit's version, "12.4" (ParallelCluster's official AMIs ship the toolkit at
+# /usr/local/cuda; NCCL they do not).
+cuda_version() {
+  local v=""
+  [[ -r $CUDA_HOME/version.json ]] &&
+    v=$(sed -n 's/.*"cuda" *: *{[^}]*"version" *: *"\([0-9]*\.[0-9]*\).*/\1/p' "$CUDA_HOME/version.json" | head -n 1)
+  [[ -n ${v:-} || ! -x $CUDA_HOME/bin/nvcc ]] ||
+    v=$("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+  echo "${v:-unknown}"
+}
+
+check_cuda_toolkit() {
+  ((cuda)) || return 0
+  ((!dry_run)) || return 0
+  [[ -x $CUDA_HOME/bin/nvcc ]] ||
+    die "no CUDA toolkit at $CUDA_HOME (nvcc): ParallelCluster's official AMIs have one; on a custom AMI install it, or build CPU-only with --no-cuda"
+}
+
+# NCCL into $JUMBO_ROOT/deps/nccl, once, for every node: libnccl2 and libnccl-dev from NVIDIA's
+# repository, downloaded by apt (signature and hashes checked) and unpacked, not installed, so
+# the compute nodes need nothing of their own.
+install_nccl() {
+  ((cuda)) || return 0
+  local prefix=$JUMBO_ROOT/deps/nccl
+  if [[ -f $prefix/.installed ]]; then
+    log "NCCL present ($prefix: $(cat "$prefix/.installed"))"
+    return 0
+  fi
+  local apt=(apt-get -q -o DPkg::Lock::Timeout=600 -o Acquire::Retries=5)
+  if ((dry_run)) || ! apt-cache policy 2>/dev/null | grep -q 'developer.download.nvidia.com/compute/cuda/repos/ubuntu2204'; then
+    fetch_unchecked "$NVIDIA_REPO/cuda-keyring_1.1-1_all.deb" "$tmp_dir/cuda-keyring.deb"
+    run dpkg -i "$tmp_dir/cuda-keyring.deb"
+    run "${apt[@]}" update
+  fi
+  local version=$nccl_version cuda_v
+  cuda_v=$(cuda_version)
+  if [[ -z $version ]] && ((!dry_run)); then
+    # The newest NCCL built for this toolkit's major.minor, else for an older minor of the
+    # same major (CUDA's minor-version compatibility).
+    version=$(apt-cache madison libnccl2 | awk '{print $3}' | awk -F+cuda -v want="$cuda_v" '
+      { split($2, v, "."); split(want, w, ".") }
+      v[1] == w[1] && v[2] + 0 <= w[2] + 0 { print }' | sort -V | tail -n 1)
+    [[ -n $version ]] || die "no libnccl2 for CUDA $cuda_v in $NVIDIA_REPO (apt-cache madison libnccl2); pass --nccl-version"
+  fi
+  log "NCCL ${version:-newest for CUDA $cuda_v} into $prefix"
+  local work=$tmp_dir/nccl
+  run mkdir -p "$work" "$prefix"
+  (
+    run cd "$work"
+    run "${apt[@]}" download "libnccl2=${version:-VERSION}" "libnccl-dev=${version:-VERSION}"
+    local deb
+    for deb in "$work"/*.deb; do run dpkg -x "$deb" "$prefix/root"; done
+  )
+  run ln -sfn root/usr/include "$prefix/include"
+  run ln -sfn "root/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)" "$prefix/lib"
+  ((dry_run)) || [[ -e $prefix/lib/libnccl.so.2 ]] || die "$prefix/lib/libnccl.so.2 missing after unpacking libnccl2 $version"
+  ((dry_run)) || echo "libnccl2 $version" >"$prefix/.installed"
+}
+
+# fetch_unchecked URL FILE: for the one file whose integrity apt checks afterwards (the
+# repository's keyring package is verified by dpkg's signature of what it then installs).
+fetch_unchecked() {
+  run curl -fsSL --retry 5 --retry-delay 5 -o "$2" "$1"
+}
+
+ofi_nccl_dir() {
+  local dir
+  for dir in "${OFI_NCCL_DIRS[@]}"; do
+    [[ -e $dir/libnccl-net.so || -e $dir/libnccl-net-ofi.so ]] && echo "$dir" && return 0
+  done
+  return 1
+}
+
+# The shared libraries of the binary that the compute nodes lack (the apt packages installed on
+# the head node only), copied beside it: every library ldd resolves, except the C library,
+# the EFA installer's (/opt/amazon), CUDA's driver and toolkit, and NCCL (deps/nccl).
+bundle_libraries() {
+  local binary=$1 dir=$2 name path
+  run mkdir -p "$dir"
+  ((!dry_run)) || return 0
+  while read -r name path; do
+    case $name in
+      libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*.so.* | libcuda.so.* | libnvidia-*) continue ;;
+    esac
+    case $path in
+      /opt/amazon/* | "$CUDA_HOME"* | /usr/local/cuda* | "$JUMBO_ROOT"/deps/* | "") continue ;;
+    esac
+    cp -L "$path" "$dir/$name"
+  done < <(ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
+  log "bundled $(ls "$dir" | wc -l) libraries into $dir"
+}
+
+# ---------------------------------------------------------------- compute nodes: check only
+
+# Nothing is installed on a compute node: it reads what the head node built. This logs
+# what a job will find; jumbo doctor decides before each job.
+check_compute_node() {
+  ((!dry_run)) || { log "would check $JUMBO_ROOT/bin/jumbo's libraries with $JUMBO_ROOT/env.sh"; return 0; }
+  if [[ ! -x $JUMBO_ROOT/bin/jumbo || ! -r $JUMBO_ROOT/env.sh ]]; then
+    warn "$JUMBO_ROOT/bin/jumbo or env.sh is missing: did the head node's build fail? (its $LOG_FILE)"
+    return 0
+  fi
+  local missing
+  # shellcheck source=/dev/null
+  missing=$(. "$JUMBO_ROOT/env.sh" && ldd "$JUMBO_ROOT/bin/jumbo" | grep 'not found' | tr -s ' \t' ' ')
+  [[ -z $missing ]] && log "$JUMBO_ROOT/bin/jumbo: every library resolves" ||
+    warn "$JUMBO_ROOT/bin/jumbo: unresolved libraries here: $missing"
+  if [[ -e /dev/nvidia0 ]]; then
+    ofi_nccl_dir >/dev/null || warn "GPU node without aws-ofi-nccl (${OFI_NCCL_DIRS[*]}): NCCL would use sockets between nodes"
+  fi
 }
 
 # ---------------------------------------------------------------- 2. the build, head node only
@@ -331,6 +466,7 @@ build_jumbo() {
     log "jumbo $sha already built ($release); --rebuild to build it again"
   else
     install_cmake
+    install_nccl
     build_hdf5
     local package prefix_path=""
     if ((dry_run)); then from_source=("${!source_fallback[@]}"); fi
@@ -345,14 +481,21 @@ build_jumbo() {
       die "jumbo-src.tar.gz has no CMakeLists.txt at its top (make it with: git archive --format=tar.gz -o jumbo-src.tar.gz HEAD)"
     local efa_pc="$EFA_HOME/lib/pkgconfig"
     ((dry_run)) || efa_pc=$(efa_pkgconfig)
-    # MPI and HDF5 by path so that nothing else on the node can be picked instead.
+    # MPI, HDF5 and NCCL by path so that nothing else on the node can be picked instead.
+    local cuda_args=(-DJUMBO_CUDA=OFF)
+    if ((cuda)); then
+      cuda_args=(-DJUMBO_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch"
+        "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc" "-DNCCL_INCLUDE_DIR=$JUMBO_ROOT/deps/nccl/include"
+        "-DNCCL_LIBRARY=$JUMBO_ROOT/deps/nccl/lib/libnccl.so")
+    fi
     run env PATH="$MPI_HOME/bin:$JUMBO_ROOT/deps/hdf5/bin:$CMAKE_VENV/bin:$PATH" \
       PKG_CONFIG_PATH="$efa_pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" CC=gcc-12 CXX=g++-12 \
       "$CMAKE_VENV/bin/cmake" -S "$release" -B "$release/build" -DCMAKE_BUILD_TYPE=Release \
       -DJUMBO_TESTS=OFF -DJUMBO_BENCHMARKS=OFF "-DJUMBO_ARCH_FLAGS=-march=$arch" \
       -DMPI_C_COMPILER="$MPI_HOME/bin/mpicc" -DHDF5_ROOT="$JUMBO_ROOT/deps/hdf5" \
-      -DCMAKE_PREFIX_PATH="$prefix_path" "${cmake_extra[@]}"
+      -DCMAKE_PREFIX_PATH="$prefix_path" "${cuda_args[@]}" "${cmake_extra[@]}"
     run "$CMAKE_VENV/bin/cmake" --build "$release/build" -j "$(nproc)"
+    bundle_libraries "$release/build/jumbo" "$release/lib"
     check_binary "$release/build/jumbo"
     run touch "$release/.build-ok"
   fi
@@ -370,26 +513,44 @@ build_jumbo() {
 check_binary() {
   local binary=$1 libs
   ((!dry_run)) || return 0
-  libs=$(ldd "$binary")
+  libs=$(LD_LIBRARY_PATH=$(runtime_library_path) ldd "$binary")
   log "$(grep -E 'libmpi|libfabric|libhdf5|openblas' <<<"$libs" | tr -s ' \t' ' ')"
   ! grep -q 'not found' <<<"$libs" || die "$binary: unresolved libraries: $(grep 'not found' <<<"$libs" | tr -s ' \t' ' ')"
   grep -q "libmpi.so.* => $MPI_HOME/" <<<"$libs" || die "$binary does not use $MPI_HOME's libmpi"
+  if ((cuda)); then
+    grep -q "libnccl.so.2 => $JUMBO_ROOT/deps/nccl/" <<<"$libs" || die "$binary does not use $JUMBO_ROOT/deps/nccl's libnccl"
+  fi
 }
 
-# For logins: slurm/train_jumbo.sh takes JUMBO_HOME (the sources, holding build/jumbo) and
-# JUMBO_ROOT from the environment sbatch passes on; PATH and LD_LIBRARY_PATH serve jumbo run by hand.
+# The library path of every node, in order: the EFA installer's Open MPI and libfabric,
+# aws-ofi-nccl (the network plugin NCCL dlopens by name), NCCL, CUDA's runtime libraries,
+# parallel HDF5, then the libraries bundled with the binary.
+runtime_library_path() {
+  local dirs=() ofi
+  dirs+=("$(first_dir "$MPI_HOME/lib" "$MPI_HOME/lib64")" "$(first_dir "$EFA_HOME/lib" "$EFA_HOME/lib64")")
+  if ((cuda)); then
+    ofi=$(ofi_nccl_dir) || ofi=${OFI_NCCL_DIRS[0]}
+    dirs+=("$ofi" "$JUMBO_ROOT/deps/nccl/lib" "$CUDA_HOME/lib64")
+  fi
+  dirs+=("$JUMBO_ROOT/deps/hdf5/lib" "$JUMBO_ROOT/src/lib")
+  (IFS=:; echo "${dirs[*]}")
+}
+
+# For logins and jobs: slurm/train_jumbo.sh takes JUMBO_HOME (the sources, holding
+# build/jumbo), JUMBO_ROOT, PATH and LD_LIBRARY_PATH from the environment sbatch passes on.
 write_env_file() {
-  local mpi_lib efa_lib
-  mpi_lib=$(first_dir "$MPI_HOME/lib" "$MPI_HOME/lib64")
-  efa_lib=$(first_dir "$EFA_HOME/lib" "$EFA_HOME/lib64")
-  log "writing $JUMBO_ROOT/env.sh"
+  log "writing $JUMBO_ROOT/env.sh (LD_LIBRARY_PATH=$(runtime_library_path))"
+  if ((cuda && !dry_run)) && ! ofi_nccl_dir >/dev/null; then
+    warn "no aws-ofi-nccl in ${OFI_NCCL_DIRS[*]} on this node; GPU nodes need it (jumbo doctor checks)"
+  fi
   ((!dry_run)) || return 0
   cat >"$JUMBO_ROOT/env.sh.new" <<EOF
-# Written by parallelcluster/on-node-configured.sh: jumbo, Open MPI and libfabric (EFA installer).
+# Written by parallelcluster/on-node-configured.sh: jumbo, Open MPI and libfabric (EFA installer),
+# aws-ofi-nccl, NCCL, CUDA.
 export JUMBO_HOME=$JUMBO_ROOT/src
 export JUMBO_ROOT=$JUMBO_ROOT
 export PATH=$JUMBO_ROOT/bin:$MPI_HOME/bin:$EFA_HOME/bin\${PATH:+:\$PATH}
-export LD_LIBRARY_PATH=$mpi_lib:$efa_lib:$JUMBO_ROOT/deps/hdf5/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$(runtime_library_path)\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 EOF
   mv -f "$JUMBO_ROOT/env.sh.new" "$JUMBO_ROOT/env.sh"
 }
@@ -437,12 +598,13 @@ main() {
   tmp_dir=$(mktemp -d /tmp/jumbo-onc.XXXXXX)
   log "start: role=$role artifacts=$artifacts arch=$arch jumbo_home=$JUMBO_ROOT dry_run=$dry_run"
   check_os
-  install_packages
   check_efa
   if [[ $role == head ]]; then
+    install_packages
+    check_cuda_toolkit
     build_jumbo
-  elif ((!dry_run)) && [[ ! -x $JUMBO_ROOT/bin/jumbo ]]; then
-    warn "$JUMBO_ROOT/bin/jumbo is missing: did the head node's build fail? (its $LOG_FILE)"
+  else
+    check_compute_node
   fi
   install_cloudwatch_config
   log "done"

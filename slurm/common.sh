@@ -34,7 +34,9 @@ jumbo_defaults() {
   : "${JUMBO_LAUNCHER:=srun}"
   : "${JUMBO_MAX_RESTARTS:=3}"
   : "${JUMBO_EXPECT_EFA:=1}"
+  : "${JUMBO_EXPECT_GPUS:=}"
   : "${JUMBO_DOCTOR:=1}"
+  : "${JUMBO_DRAIN_BAD_NODES:=1}"
   : "${JUMBO_DOCTOR_TIMEOUT:=300}"
   : "${JUMBO_LAYOUT_FROM_PLAN:=1}"
   : "${JUMBO_GPU:=}"
@@ -73,7 +75,9 @@ jumbo_check_inputs() {
   for v in JUMBO_MAX_RESTARTS JUMBO_DOCTOR_TIMEOUT; do
     [[ ${!v} =~ ^[0-9]+$ ]] || jumbo_fail_input "$v=${!v}: expected a whole number"
   done
-  for v in JUMBO_EXPECT_EFA JUMBO_DOCTOR JUMBO_LAYOUT_FROM_PLAN; do
+  [[ -z $JUMBO_EXPECT_GPUS || $JUMBO_EXPECT_GPUS =~ ^[0-9]+$ ]] ||
+    jumbo_fail_input "JUMBO_EXPECT_GPUS=$JUMBO_EXPECT_GPUS: expected a whole number (or unset)"
+  for v in JUMBO_EXPECT_EFA JUMBO_DOCTOR JUMBO_LAYOUT_FROM_PLAN JUMBO_DRAIN_BAD_NODES; do
     [[ ${!v} == 0 || ${!v} == 1 ]] || jumbo_fail_input "$v=${!v}: expected 0 or 1"
   done
 }
@@ -91,18 +95,48 @@ jumbo_prepare_dirs() {
   fi
 }
 
-# NCCL over EFA (p4d: 4 x 100 Gbps) through the aws-ofi-nccl plugin; REFERENCES.md "The
-# cluster (AWS)". Only when EFA is expected: elsewhere these would send NCCL looking for a
-# provider that is not there.
+# jumbo_find_library FILE: the directory holding FILE on the dynamic loader's search path
+# (LD_LIBRARY_PATH, then ld.so.cache); empty if none. As NCCL's dlopen will look for it.
+jumbo_find_library() {
+  local dir IFS=:
+  for dir in ${LD_LIBRARY_PATH:-}; do
+    [[ -n $dir && -e $dir/$1 ]] && { echo "$dir"; return 0; }
+  done
+  unset IFS
+  dir=$(/sbin/ldconfig -p 2>/dev/null | awk -v f="$1" '$1 == f { print $NF; exit }')
+  [[ -n $dir ]] && dirname "$dir"
+  return 0
+}
+
+# NCCL over EFA (p4d: 4 x 100 Gbps) through the aws-ofi-nccl plugin. The facts and their
+# sources: parallelcluster/README.md, "What the NCCL and EFA settings rest on". Only when EFA
+# is expected: elsewhere these would send NCCL looking for a provider that is not there. A
+# value the user's environment brings is kept.
 jumbo_efa_env() {
   if [[ $JUMBO_EXPECT_EFA != 1 ]]; then
     jumbo_log "EFA: not expected (JUMBO_EXPECT_EFA=0); no FI_/NCCL_ network settings"
     return
   fi
-  export FI_PROVIDER=efa
-  # aws-ofi-nccl >= 1.15 is chosen by name (older plugins are found as libnccl-net.so
-  # anyway); it may tune NCCL itself, so nothing else is forced here.
-  export NCCL_NET_PLUGIN=${NCCL_NET_PLUGIN:-ofi}
+  export FI_PROVIDER=${FI_PROVIDER:-efa}
+  # aws-ofi-nccl under the EFA installer's prefix (ParallelCluster AMIs), on the path NCCL's
+  # dlopen searches, unless the environment already finds a plugin elsewhere.
+  local dir
+  for dir in /opt/amazon/ofi-nccl/lib /opt/amazon/ofi-nccl/lib64 /opt/aws-ofi-nccl/lib; do
+    if [[ -e $dir/libnccl-net.so || -e $dir/libnccl-net-ofi.so ]] && [[ ":${LD_LIBRARY_PATH:-}:" != *":$dir:"* ]]; then
+      export LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      jumbo_log "EFA: $dir added to LD_LIBRARY_PATH (aws-ofi-nccl)"
+      break
+    fi
+  done
+  # With NCCL_NET_PLUGIN unset NCCL loads libnccl-net.so, which every aws-ofi-nccl installs
+  # (1.14 as its only name; 1.15+ beside libnccl-net-ofi.so unless built with
+  # --disable-nccl-net-symlink). NCCL_NET_PLUGIN=ofi makes NCCL < 2.21 try only
+  # libnccl-net-ofi.so, absent before 1.15: NCCL would fall back to sockets without a word. So
+  # it is set only when libnccl-net.so is missing and libnccl-net-ofi.so is there.
+  if [[ -z ${NCCL_NET_PLUGIN+set} && -z $(jumbo_find_library libnccl-net.so) &&
+        -n $(jumbo_find_library libnccl-net-ofi.so) ]]; then
+    export NCCL_NET_PLUGIN=ofi
+  fi
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   # NCCL's bootstrap (TCP) on the instance's ENI, never loopback or container bridges.
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker,veth}
@@ -111,9 +145,9 @@ jumbo_efa_env() {
   local v
   for v in FI_EFA_USE_DEVICE_RDMA RDMAV_FORK_SAFE FI_EFA_FORK_SAFE NCCL_BUFFSIZE; do
     [[ -n ${!v:-} ]] && jumbo_log "warning: $v=${!v} is set in the environment; current" \
-      "guidance is to leave it unset (REFERENCES.md)"
+      "guidance is to leave it unset (parallelcluster/README.md)"
   done
-  jumbo_log "EFA: FI_PROVIDER=$FI_PROVIDER NCCL_NET_PLUGIN=$NCCL_NET_PLUGIN" \
+  jumbo_log "EFA: FI_PROVIDER=$FI_PROVIDER NCCL_NET_PLUGIN=${NCCL_NET_PLUGIN-(unset: libnccl-net.so)}" \
     "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_DEBUG=$NCCL_DEBUG"
 }
 
@@ -149,29 +183,102 @@ jumbo_launcher_cmd() {
   return 0
 }
 
-# One `jumbo doctor` per node before anything is started; a node that fails stops the job
-# (exit 1, no requeue: Slurm would likely hand out the same node again).
+# GPUs the doctor requires per node: JUMBO_EXPECT_GPUS; else one per rank when the run trains
+# on CUDA (train.device, after the --set arguments); else what Slurm gave the job.
+jumbo_expected_gpus() {
+  if [[ -n $JUMBO_EXPECT_GPUS ]]; then
+    echo "$JUMBO_EXPECT_GPUS"
+  elif [[ $(jumbo_config_value train.device) == cuda ]]; then
+    local per_node=${SLURM_NTASKS_PER_NODE:-$((${SLURM_NTASKS:-1} / ${SLURM_NNODES:-1}))}
+    echo $((${SLURM_GPUS_ON_NODE:-0} > per_node ? SLURM_GPUS_ON_NODE : per_node))
+  else
+    echo "${SLURM_GPUS_ON_NODE:-0}"
+  fi
+}
+
+# jumbo_drain NODES REASON: takes the nodes out of service. On ParallelCluster clustermgtd then
+# replaces a drained node (parallelcluster/README.md). Draining needs a Slurm operator: the
+# job's user directly, else through sudo (ParallelCluster's default user has it).
+jumbo_drain() {
+  local nodes=$1 reason=$2
+  if scontrol update nodename="$nodes" state=drain reason="$reason" 2>/dev/null ||
+     sudo -n scontrol update nodename="$nodes" state=drain reason="$reason" 2>/dev/null; then
+    jumbo_log "doctor: drained $nodes (reason: $reason)"
+    return 0
+  fi
+  jumbo_log "doctor: could not drain $nodes (neither scontrol nor sudo -n scontrol may); an" \
+    "administrator can: scontrol update nodename=$nodes state=drain reason=\"$reason\""
+  return 1
+}
+
+# One `jumbo doctor` per node before anything is started. On failure its last lines name each
+# failed node and whether the node (a GPU or EFA device missing, the clock) or the software and
+# settings (NCCL, the plugin, the build, the directory) failed:
+#  - nodes with a node fault are drained (JUMBO_DRAIN_BAD_NODES=1), so no job gets them again;
+#  - if that was all, the job requeues (a failure, counted against JUMBO_MAX_RESTARTS) and
+#    starts again on other nodes;
+#  - a software fault fails on any node alike: exit 1, not requeued, fix it and submit again.
 jumbo_run_doctor() {
   if [[ $JUMBO_DOCTOR != 1 ]]; then
     jumbo_log "doctor: skipped (JUMBO_DOCTOR=0)"
     return
   fi
-  local nodes=${SLURM_NNODES:-1} args=(doctor) cmd rc
+  local nodes=${SLURM_NNODES:-1} args=(doctor) cmd rc gpus out
   [[ $JUMBO_EXPECT_EFA == 1 ]] && args+=(--expect-efa)
-  ((${SLURM_GPUS_ON_NODE:-0} > 0)) && args+=(--expect-gpus "$SLURM_GPUS_ON_NODE")
+  gpus=$(jumbo_expected_gpus)
+  ((gpus > 0)) && args+=(--expect-gpus "$gpus")
   [[ $JUMBO_CKPT_DIR != s3://* ]] && args+=(--dir "$JUMBO_CKPT_DIR")
   mapfile -t cmd < <(jumbo_launcher_cmd 1 "$nodes" "$nodes")
   [[ $JUMBO_LAUNCHER == srun ]] && cmd+=(--label)
   jumbo_log "doctor: ${cmd[*]} $JUMBO ${args[*]}"
-  timeout "$JUMBO_DOCTOR_TIMEOUT" "${cmd[@]}" "$JUMBO" "${args[@]}"
-  rc=$?
-  if ((rc != 0)); then
-    jumbo_log "not requeued because jumbo doctor failed on at least one node (exit $rc; see" \
-      "the lines above, prefixed with the task = node number; exclude a bad node with" \
-      "sbatch --exclude)"
+  out=$(mktemp "${TMPDIR:-/tmp}/jumbo-doctor.XXXXXX")
+  timeout "$JUMBO_DOCTOR_TIMEOUT" "${cmd[@]}" "$JUMBO" "${args[@]}" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  if ((rc == 0)); then
+    rm -f "$out"
+    jumbo_log "doctor: every node passed"
+    return
+  fi
+  local line node hw sw bad_nodes=() software=() reason
+  while read -r line; do
+    [[ $line =~ doctor:\ failed\ node=([^ ]+)\ node-checks=([^ ]+)\ software-checks=([^ ]+) ]] || continue
+    node=${BASH_REMATCH[1]} hw=${BASH_REMATCH[2]} sw=${BASH_REMATCH[3]}
+    [[ $hw != - ]] && bad_nodes+=("$node") && reason+="${reason:+; }$node: $hw"
+    [[ $sw != - ]] && software+=("$node: $sw")
+  done <"$out"
+  rm -f "$out"
+  JUMBO_RC=1
+  local drained=0
+  if ((${#bad_nodes[@]})); then
+    local list
+    list=$(IFS=,; echo "${bad_nodes[*]}")
+    if [[ $JUMBO_DRAIN_BAD_NODES == 1 ]]; then
+      jumbo_drain "$list" "jumbo doctor (job $SLURM_JOB_ID): $reason" && drained=1
+    else
+      jumbo_log "doctor: not draining $list (JUMBO_DRAIN_BAD_NODES=0)"
+    fi
+  fi
+  if ((${#software[@]})); then
+    jumbo_log "not requeued because jumbo doctor found software or settings missing (${software[*]};" \
+      "the lines above, prefixed with the task = node number), which every node would lack alike:" \
+      "install it (parallelcluster/README.md) and submit again"
     jumbo_exit 1
   fi
-  jumbo_log "doctor: every node passed"
+  if ((drained)); then
+    local failures
+    failures=$(jumbo_failures_so_far)
+    if ((failures < JUMBO_MAX_RESTARTS)); then
+      JUMBO_DECISION=requeued
+      jumbo_requeue doctor "jumbo doctor failed on ${bad_nodes[*]}, now drained: failure" \
+        "$((failures + 1)) of at most JUMBO_MAX_RESTARTS=$JUMBO_MAX_RESTARTS; the job starts" \
+        "again on other nodes" && jumbo_exit 1
+      JUMBO_DECISION=failed
+    fi
+  fi
+  jumbo_log "not requeued because jumbo doctor failed on at least one node (exit $rc; see" \
+    "the lines above, prefixed with the task = node number; exclude a bad node with" \
+    "sbatch --exclude)"
+  jumbo_exit 1
 }
 
 # The config and the arguments, checked once on the batch host before any step starts: a
@@ -275,11 +382,17 @@ jumbo_train_args() {
     "${JUMBO_LAYOUT_SETS[@]}" "$@")
 }
 
-# A stop signal for the batch shell: --signal=B:USR1@600 near the time limit, TERM from
-# scancel or preemption, INT by hand. Forwarded to the launcher as SIGUSR1, which srun and
-# Open MPI's mpirun both pass on to every rank: jumbo finishes the step, saves, exits 75.
+# A stop signal for the batch shell: --signal=B:USR1@600 near the time limit, USR1 from
+# `scancel -b -s USR1 JOBID` (a stop with a save and a requeue), TERM from plain scancel or
+# preemption, INT by hand. Forwarded to the launcher as SIGUSR1, which srun and Open MPI's
+# mpirun both pass on to every rank: jumbo finishes the step, saves, exits 75. After a plain
+# scancel Slurm kills what is left KillWait seconds later (30 s on ParallelCluster, Slurm's
+# default): too short for a large checkpoint, and a cancelled job is never requeued.
 jumbo_on_stop() {
   JUMBO_STOP_SIGNAL=$1
+  [[ $1 == TERM ]] && jumbo_log "got SIGTERM (scancel or preemption): the job ends after Slurm's" \
+    "KillWait; a checkpoint may not finish and the job is not requeued. To stop with a save" \
+    "and a requeue: scancel -b -s USR1 ${SLURM_JOB_ID:-JOBID}"
   if [[ -n $JUMBO_LAUNCHER_PID ]] && kill -0 "$JUMBO_LAUNCHER_PID" 2>/dev/null; then
     jumbo_log "got SIG$1: forwarding SIGUSR1 to $JUMBO_LAUNCHER (pid $JUMBO_LAUNCHER_PID)" \
       "so jumbo saves a checkpoint and exits $JUMBO_EXIT_GRACEFUL"
@@ -326,7 +439,7 @@ jumbo_launch() {
 jumbo_failures_so_far() {
   local n=0
   [[ -f $JUMBO_RUN_DIR/requeues.log ]] &&
-    n=$(grep -c "^job=${SLURM_JOB_ID} .*reason=failure" "$JUMBO_RUN_DIR/requeues.log")
+    n=$(grep -c "^job=${SLURM_JOB_ID} .*reason=\(failure\|doctor\)" "$JUMBO_RUN_DIR/requeues.log")
   echo "$n"
 }
 

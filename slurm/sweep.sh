@@ -37,6 +37,10 @@
 #   JUMBO_SWEEP_DIR       where everything goes (on the shared file system); default
 #                         $JUMBO_ROOT/sweeps/GRIDNAME-YYYYmmdd-HHMMSS (JUMBO_ROOT: /fsx/jumbo)
 #   JUMBO_SWEEP_PARALLEL  at most this many tasks at once (--array=0-N%K); default no limit
+#   JUMBO_SWEEP_SUMMARY_PARTITION  the partition of the summary job (one CPU for seconds);
+#                         default "cpu" where the cluster has it (parallelcluster/cluster.yaml
+#                         does: an exclusive p4d queue would give it a whole GPU node), else
+#                         the array's --partition
 #
 # The sweep directory:
 #   tasks                 line i = the overrides of task i;  args: the TRAIN_ARGS
@@ -172,8 +176,25 @@ sweep_submit() {
     --output="$dir/logs/%A_%a.out" "${sb_opts[@]}" "$script" task "$dir") ||
     { echo "sweep: sbatch of the array failed" >&2; exit 1; }
   array_id=${array_id%%;*}
-  local summary_opts
+  local summary_opts summary_partition=${JUMBO_SWEEP_SUMMARY_PARTITION:-}
   mapfile -t summary_opts < <(sweep_summary_opts "${sb_opts[@]}")
+  if [[ -z $summary_partition ]] && scontrol show partition cpu >/dev/null 2>&1; then
+    summary_partition=cpu
+  fi
+  if [[ -n $summary_partition ]]; then
+    # The array's partition is a GPU queue's; the rest (account, qos...) still applies.
+    local o keep=() skip=
+    for o in "${summary_opts[@]}"; do
+      if [[ -n $skip ]]; then skip=; continue; fi
+      case $o in
+        --partition | -p) skip=1 ;;
+        --partition=* | -p?*) ;;
+        *) keep+=("$o") ;;
+      esac
+    done
+    summary_opts=("${keep[@]}" --partition="$summary_partition")
+    echo "sweep: the summary job goes to partition $summary_partition"
+  fi
   summary_id=$(sbatch --parsable --dependency="afterany:$array_id" --kill-on-invalid-dep=no \
     --job-name=jumbo-sweep-summary --nodes=1 --ntasks=1 --output="$dir/logs/summary-%j.out" \
     "${summary_opts[@]}" --wrap="bash '$script' summary '$dir'") ||

@@ -24,6 +24,10 @@
 # parallel.tp/pp/micro_batch there also turns off the layout from `jumbo plan`.
 #
 # The #SBATCH lines are defaults; sbatch options on the command line override them.
+# Stopping by hand with a save and a requeue: `scancel -b -s USR1 JOBID` (what the time
+#   limit does, below). A plain `scancel JOBID` sends SIGTERM: jumbo tries to save, but Slurm
+#   kills the job KillWait seconds later (30 s, ParallelCluster's and Slurm's default), which is
+#   too short for a checkpoint of this size, and a cancelled job is never requeued.
 # --signal=B:USR1@600: 10 minutes before the time limit Slurm sends SIGUSR1 to this batch
 #   shell only ("B:"). The shell forwards it to the launcher, which passes it on to every
 #   rank: jumbo finishes the step, saves a checkpoint and exits 75, and the job requeues
@@ -56,12 +60,21 @@
 #                     Graceful stops (75) always requeue and do not count: failures are
 #                     counted in $JUMBO_RUN_DIR/requeues.log, not with SLURM_RESTART_COUNT,
 #                     which also counts every time-limit requeue of a long run.
-#   JUMBO_EXPECT_EFA  1 (default): set FI_PROVIDER=efa, NCCL_NET_PLUGIN=ofi, NCCL_DEBUG=WARN,
-#                     NCCL_SOCKET_IFNAME=^lo,docker,veth and run `jumbo doctor --expect-efa`;
-#                     0: no network settings (a machine without EFA)
-#   JUMBO_DOCTOR      1 (default): `jumbo doctor` once per node before training (with
-#                     --expect-gpus N when the job has GPUs, --dir JUMBO_CKPT_DIR); a failure
-#                     ends the job, exit 1, not requeued. 0: skip it
+#   JUMBO_EXPECT_EFA  1 (default): FI_PROVIDER=efa, NCCL_DEBUG=WARN and
+#                     NCCL_SOCKET_IFNAME=^lo,docker,veth where the environment leaves them
+#                     unset; aws-ofi-nccl's directory onto LD_LIBRARY_PATH; NCCL_NET_PLUGIN=ofi
+#                     only where libnccl-net.so is missing and libnccl-net-ofi.so is there;
+#                     `jumbo doctor --expect-efa`. 0: no network settings (a machine without EFA)
+#   JUMBO_EXPECT_GPUS GPUs per node the doctor requires; default one per rank when the run
+#                     trains on CUDA (train.device, as in the p4d configs), else Slurm's count
+#   JUMBO_DOCTOR      1 (default): `jumbo doctor` once per node before training (--expect-efa,
+#                     --expect-gpus, --dir JUMBO_CKPT_DIR). A node that fails a check of the
+#                     node (GPU, EFA, clock) is drained and the job requeues onto others
+#                     (counted against JUMBO_MAX_RESTARTS); software missing (NCCL, its network
+#                     plugin, a CUDA build, the directory) ends the job, exit 1, not requeued.
+#                     0: skip it
+#   JUMBO_DRAIN_BAD_NODES  1 (default): drain such nodes (scontrol, else sudo -n scontrol);
+#                     ParallelCluster then replaces them. 0: only report them (exit 1)
 #   JUMBO_DOCTOR_TIMEOUT  seconds for the doctor step; default 300
 #   JUMBO_LAYOUT_FROM_PLAN  1 (default): the layout is `jumbo plan --best` for the allocated
 #                     node count (printed with its memory breakdown in the log; no layout
@@ -71,8 +84,8 @@
 #   NCCL_* / FI_*     anything set before sbatch is kept (the defaults above fill gaps)
 #
 # Exit codes: 0 done; 2 a mistake in the input (not requeued; the config and arguments are
-# checked with `jumbo info` on the batch host first); 1 a node failed `jumbo doctor` (not
-# requeued); 75 graceful stop (requeued); anything else from `jumbo train` is a failure,
+# checked with `jumbo info` on the batch host first); 1 a node failed `jumbo doctor` (requeued
+# after draining it when only the node was at fault, else not); 75 graceful stop (requeued); anything else from `jumbo train` is a failure,
 # requeued up to JUMBO_MAX_RESTARTS times. The log says which,
 # on lines starting "jumbo-slurm:". Requeued jobs start again after Slurm's BeginTime delay
 # (AuthInfo cred_expire, 120 s by default) with SLURM_RESTART_COUNT one higher.

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/obs/doctor.h"
 #include "verbs.h"
@@ -12,11 +13,15 @@ namespace jumbo::cli {
 void add_doctor_verb(CLI::App& app, VerbRunner& run) {
   auto options = std::make_shared<DoctorOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "doctor", "check this node (one rank per node under srun/mpirun): MPI, EFA, GPUs, NCCL, "
-                "shared file system, clock; exit 1 if a required check fails");
+      "doctor", "check this node (one rank per node under srun/mpirun): MPI, EFA, GPUs, NCCL and "
+                "its network plugin, the build, shared file system, clock; exit 1 if a required "
+                "check fails");
   cmd->add_flag("--expect-efa", options->expect_efa,
-                "fail unless libfabric offers efa and NCCL's OFI plugin loads");
-  cmd->add_option("--expect-gpus", options->expect_gpus, "fail unless this many GPUs are visible")
+                "fail unless libfabric offers efa and the network plugin NCCL would load "
+                "(NCCL_NET_PLUGIN) is found");
+  cmd->add_option("--expect-gpus", options->expect_gpus,
+                  "fail unless this many GPUs are visible, libnccl.so.2 loads and this build "
+                  "has the CUDA backend")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dir", options->dir, "a directory on the shared file system to write to");
   cmd->add_option("--max-clock-skew", options->max_clock_skew_s,
@@ -25,6 +30,7 @@ void add_doctor_verb(CLI::App& app, VerbRunner& run) {
       ->check(CLI::PositiveNumber);
   cmd->callback([&run, options] {
     run = [options] {
+      options->cuda_built = cuda_backend_built();
       auto world = mpi_world();
       bool failed = false;
       const std::string report =

@@ -1,6 +1,8 @@
 #include "jumbo/obs/doctor.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <strings.h>
 #include <fcntl.h>
 #include <rdma/fabric.h>
 #include <sys/statfs.h>
@@ -34,8 +36,10 @@ DoctorCheck check_node() {
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   char host[256] = {};
   gethostname(host, sizeof host - 1);
+  const char* slurm = std::getenv("SLURMD_NODENAME");
   return check("node", Status::ok,
-               fmt::format("{}: {} CPUs, {} memory", host, cpus, human_bytes(memory, 1)));
+               fmt::format("{}: {} CPUs, {} memory{}", host, cpus, human_bytes(memory, 1),
+                           slurm && *slurm ? fmt::format(", Slurm node {}", slurm) : ""));
 }
 
 DoctorCheck check_mpi(Comm& world) {
@@ -60,7 +64,11 @@ DoctorCheck check_libfabric(bool expect_efa) {
   if (rc != 0 || !info) {
     if (info) fi_freeinfo(info);
     return check("libfabric", expect_efa ? Status::fail : Status::warn,
-                 fmt::format("{}: fi_getinfo found no provider ({})", version, fi_strerror(-rc)));
+                 fmt::format("{}: fi_getinfo found no provider ({}){}", version, fi_strerror(-rc),
+                             std::getenv("FI_PROVIDER")
+                                 ? fmt::format(" with FI_PROVIDER={}: no {} device", std::getenv("FI_PROVIDER"),
+                                               std::getenv("FI_PROVIDER"))
+                                 : ""));
   }
   std::set<std::string> providers;
   for (fi_info* i = info; i; i = i->next)
@@ -121,34 +129,188 @@ DoctorCheck check_gpus(int expect) {
                            ok ? "" : fmt::format("; expected {}", expect)));
 }
 
-DoctorCheck check_nccl(bool expect_efa, bool expect_gpus) {
-  void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!nccl) {
-    return check("nccl", expect_gpus ? Status::fail : Status::skip,
-                 "libnccl.so.2 not found on the library path");
+// The directories dlopen searches for a bare file name, as this process sees them (NCCL's own
+// dlopen also honours libnccl's RUNPATH, which its packages do not set).
+std::string loader_search_path() {
+  const char* env = std::getenv("LD_LIBRARY_PATH");
+  return fmt::format("{}, then /etc/ld.so.cache, /lib, /usr/lib",
+                     env && *env ? fmt::format("LD_LIBRARY_PATH={}", env) : std::string("LD_LIBRARY_PATH unset"));
+}
+
+// The file a handle was loaded from, as the loader found it (NCCL logs the same l_name), with
+// its target when that is a symbolic link.
+std::string loaded_file(void* handle) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_name) return "?";
+  std::string path = map->l_name;
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(path, ec);
+  if (!ec && real.string() != path) path += " -> " + real.string();
+  return path;
+}
+
+struct Opened {
+  void* handle = nullptr;
+  bool missing = false;  // not found on the search path (not: found but failed to load)
+  std::string error;
+};
+
+Opened open_library(const std::string& name) {
+  Opened o;
+  dlerror();
+  o.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!o.handle) {
+    const char* e = dlerror();
+    o.error = e ? e : "unknown dlopen error";
+    // NCCL tells the two apart the same way (src/plugin/plugin_open.cc, tryOpenLib).
+    o.missing = o.error.find("No such file or directory") != std::string::npos;
+  }
+  return o;
+}
+
+// Where a library that is not on the search path often lies: says which directory to add.
+std::string found_elsewhere(const std::string& file) {
+  std::vector<std::string> dirs = {"/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64",
+                                   "/opt/aws-ofi-nccl/lib", "/usr/local/cuda/lib64", "/opt/nccl/lib",
+                                   "/usr/local/lib"};
+  if (const char* root = std::getenv("JUMBO_ROOT"); root && *root)
+    dirs.insert(dirs.begin(), fmt::format("{}/deps/nccl/lib", root));
+  std::error_code ec;
+  for (const std::string& d : dirs)
+    if (std::filesystem::exists(d + "/" + file, ec))
+      return fmt::format("; {}/{} exists: add {} to LD_LIBRARY_PATH", d, file, d);
+  return "";
+}
+
+struct NcclLibrary {
+  int version = 0;  // 22304 for 2.23.4; 0 when libnccl.so.2 does not load
+  std::string text;
+};
+
+DoctorCheck check_nccl(bool expect_gpus, NcclLibrary& out) {
+  const Opened lib = open_library("libnccl.so.2");
+  if (!lib.handle) {
+    DoctorCheck c = check("nccl", expect_gpus ? Status::fail : Status::skip,
+                          lib.missing ? fmt::format("libnccl.so.2 not found: searched {}{}{}",
+                                                    loader_search_path(), found_elsewhere("libnccl.so.2"),
+                                                    expect_gpus ? "; GPUs are expected, NCCL is needed" : "")
+                                      : fmt::format("libnccl.so.2 does not load: {}", lib.error));
+    c.fault = DoctorCheck::Fault::software;
+    return c;
   }
   using VersionFn = int (*)(int*);
-  int code = 0;
-  if (auto version = reinterpret_cast<VersionFn>(dlsym(nccl, "ncclGetVersion"))) version(&code);
-  dlclose(nccl);
-  const std::string v = fmt::format("NCCL {}.{}.{}", code / 10000, code / 100 % 100, code % 100);
-  // NCCL looks for libnccl-net-<NCCL_NET_PLUGIN>.so (aws-ofi-nccl >= 1.15 installs
-  // libnccl-net-ofi.so), then libnccl-net.so.
-  const char* wanted = std::getenv("NCCL_NET_PLUGIN");
-  std::vector<std::string> names;
-  if (wanted && *wanted) names.push_back(fmt::format("libnccl-net-{}.so", wanted));
-  names.push_back("libnccl-net-ofi.so");
-  names.push_back("libnccl-net.so");
-  for (const std::string& lib : names) {
-    if (void* plugin = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-      dlclose(plugin);
-      return check("nccl", Status::ok, fmt::format("{}, network plugin {}", v, lib));
+  if (auto version = reinterpret_cast<VersionFn>(dlsym(lib.handle, "ncclGetVersion"))) version(&out.version);
+  const std::string file = loaded_file(lib.handle);
+  dlclose(lib.handle);
+  // ncclGetVersion: major*10000 + minor*100 + patch since 2.9 (NCCL_VERSION_CODE in nccl.h).
+  out.text = fmt::format("NCCL {}.{}.{}", out.version / 10000, out.version / 100 % 100, out.version % 100);
+  DoctorCheck c = check("nccl", Status::ok, fmt::format("{} from {}", out.text, file));
+  c.fault = DoctorCheck::Fault::software;
+  return c;
+}
+
+// The file names NCCL tries for one NCCL_NET_PLUGIN entry, in order (NVIDIA/nccl):
+// before 2.21 only libnccl-net-NAME.so (src/net.cc); from 2.21 NAME as given, then
+// libnccl-net-NAME.so unless NAME is a path or a lib*.so file name (src/plugin/plugin_open.cc).
+std::vector<std::string> plugin_file_names(const std::string& entry, int version) {
+  const std::string suffixed = fmt::format("libnccl-net-{}.so", entry);
+  if (version < 22100) return {suffixed};
+  const bool file_name = entry.find('/') != std::string::npos ||
+                         (entry.rfind("lib", 0) == 0 && entry.size() > 3 &&
+                          entry.compare(entry.size() - 3, 3, ".so") == 0);
+  if (file_name) return {entry};
+  return {entry, suffixed};
+}
+
+// The network plugin NCCL would load on this node: NCCL_NET_PLUGIN unset -> libnccl-net.so;
+// set -> the names above, per comma-separated entry from NCCL 2.27 on, where "none" turns
+// external plugins off. Found via dlopen's search path, and only used if it exports an
+// ncclNetPlugin_vN. Without one, NCCL silently uses its socket transport between nodes.
+DoctorCheck check_nccl_net(bool expect_efa, bool expect_gpus, const NcclLibrary& nccl) {
+  const Status missing_status = expect_efa ? Status::fail : expect_gpus ? Status::warn : Status::skip;
+  const char* env = std::getenv("NCCL_NET_PLUGIN");
+  const int version = nccl.version;
+  // Without libnccl the version is unknown: the rule of NCCL < 2.21, whose names every later
+  // version tries too.
+  const std::string rule = version ? nccl.text : "any NCCL (libnccl.so.2 did not load)";
+  const std::string setting = env ? fmt::format("NCCL_NET_PLUGIN={}", env) : "NCCL_NET_PLUGIN unset";
+  std::vector<std::string> entries;
+  if (!env || (!*env && version < 22700)) {
+    entries.push_back("");  // the default name
+  } else if (version >= 22700) {
+    std::string list = env;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      if (comma > start) entries.push_back(list.substr(start, comma - start));
+      start = comma + 1;
+    }
+    if (entries.size() == 1 && strcasecmp(entries[0].c_str(), "none") == 0) entries.clear();
+  } else {
+    entries.push_back(env);
+  }
+  DoctorCheck c = check("nccl-net", missing_status, "");
+  c.fault = DoctorCheck::Fault::software;
+  if (entries.empty()) {
+    c.detail = fmt::format("{}: {} loads no external network plugin; NCCL would use its socket "
+                           "transport between nodes", setting, rule);
+    return c;
+  }
+  std::vector<std::string> tried, errors;
+  for (const std::string& entry : entries) {
+    const std::vector<std::string> names =
+        entry.empty() ? std::vector<std::string>{"libnccl-net.so"} : plugin_file_names(entry, version);
+    for (const std::string& name : names) {
+      const Opened lib = open_library(name);
+      if (!lib.handle) {
+        tried.push_back(name);
+        if (!lib.missing) errors.push_back(lib.error);
+        continue;
+      }
+      int abi = 0;
+      for (int v = 12; v >= 2 && !abi; --v)
+        if (dlsym(lib.handle, fmt::format("ncclNetPlugin_v{}", v).c_str())) abi = v;
+      const std::string file = loaded_file(lib.handle);
+      dlclose(lib.handle);
+      if (!abi) {
+        tried.push_back(name);
+        errors.push_back(fmt::format("{} exports no ncclNetPlugin_vN symbol, so NCCL ignores it", file));
+        continue;
+      }
+      c.status = Status::ok;
+      c.detail = fmt::format("{}: {} loads {} = {} (ncclNetPlugin_v{})", setting, rule, name, file, abi);
+      return c;
     }
   }
-  return check("nccl", expect_efa ? Status::fail : Status::warn,
-               fmt::format("{}, no network plugin (libnccl-net-ofi.so / libnccl-net.so): NCCL "
-                           "would use TCP sockets between nodes",
-                           v));
+  std::string names, why;
+  for (const std::string& t : tried) names += (names.empty() ? "" : ", ") + t;
+  for (const std::string& e : errors) why += "; " + e;
+  std::string hint = found_elsewhere(tried.back());
+  // aws-ofi-nccl 1.14 and older install only libnccl-net.so (its src/Makefile.am).
+  if (env && *env && hint.empty()) {
+    const Opened fallback = open_library("libnccl-net.so");
+    if (fallback.handle) {
+      hint = fmt::format("; libnccl-net.so loads ({}): unset NCCL_NET_PLUGIN to use it",
+                         loaded_file(fallback.handle));
+      dlclose(fallback.handle);
+    }
+  } else if (hint.empty() && tried.back() == "libnccl-net.so") {
+    hint = found_elsewhere("libnccl-net-ofi.so");
+  }
+  c.detail = fmt::format("{}: {} looks for {}, not found: searched {}{}{}; NCCL would use its socket "
+                         "transport between nodes",
+                         setting, rule, names, loader_search_path(), why, hint);
+  return c;
+}
+
+// A binary without the CUDA backend refuses train.device = "cuda" at start.
+DoctorCheck check_build(bool cuda_built, int expect_gpus) {
+  if (cuda_built) return check("build", Status::ok, "CUDA backend built in");
+  DoctorCheck c = check("build", expect_gpus > 0 ? Status::fail : Status::ok,
+                        expect_gpus > 0 ? "this jumbo was built without -DJUMBO_CUDA=ON: GPUs are "
+                                          "expected, and train.device = \"cuda\" would be refused"
+                                        : "CPU only (built without -DJUMBO_CUDA=ON)");
+  c.fault = DoctorCheck::Fault::software;
+  return c;
 }
 
 std::string fs_type(const std::string& dir) {
@@ -246,8 +408,14 @@ std::vector<DoctorCheck> run_node_checks(const DoctorOptions& o, Comm& world) {
   out.push_back(check_mpi(world));
   out.push_back(check_libfabric(o.expect_efa));
   out.push_back(check_gpus(o.expect_gpus));
-  out.push_back(check_nccl(o.expect_efa, o.expect_gpus > 0));
+  NcclLibrary nccl;
+  out.push_back(check_nccl(o.expect_gpus > 0, nccl));
+  out.push_back(check_nccl_net(o.expect_efa, o.expect_gpus > 0, nccl));
+  out.push_back(check_build(o.cuda_built, o.expect_gpus));
+  // A directory that cannot be written is nearly always a path or permission mistake, the
+  // same on every node, not a broken node.
   out.push_back(check_storage(o.dir));
+  out.back().fault = DoctorCheck::Fault::software;
   out.push_back(check_clock(world, o.max_clock_skew_s));
   return out;
 }
@@ -257,28 +425,47 @@ std::string format_check(const DoctorCheck& c) {
 }
 
 std::string gather_doctor_report(const std::vector<DoctorCheck>& mine, Comm& world, bool* failed) {
-  bool mine_failed = false;
   std::string text;  // this rank's lines that rank 0 must see: its warnings and failures
   std::string host;
+  std::string node_checks, software_checks;
   for (const DoctorCheck& c : mine) {
     if (c.name == "node") host = c.detail.substr(0, c.detail.find(':'));
-    mine_failed = mine_failed || c.status == Status::fail;
+    if (c.status != Status::fail) continue;
+    std::string& list = c.fault == DoctorCheck::Fault::node ? node_checks : software_checks;
+    list += (list.empty() ? "" : ",") + c.name;
   }
+  const bool mine_failed = !node_checks.empty() || !software_checks.empty();
   for (const DoctorCheck& c : mine)
     if (c.status == Status::fail || c.status == Status::warn)
       text += fmt::format("{}: {}\n", host, format_check(c));
+  // The name Slurm knows the node by (ParallelCluster's differ from host names): what a
+  // script drains.
+  const char* slurm = std::getenv("SLURMD_NODENAME");
+  const std::string failed_line =
+      mine_failed ? fmt::format("doctor: failed node={} node-checks={} software-checks={}\n",
+                                slurm && *slurm ? slurm : host.c_str(),
+                                node_checks.empty() ? "-" : node_checks,
+                                software_checks.empty() ? "-" : software_checks)
+                  : "";
   const int failures = static_cast<int>(world.all_reduce_scalar(mine_failed ? 1 : 0, ReduceOp::sum));
   if (failed) *failed = failures > 0;
-  // Only nodes with something to say send text: one-time, and small.
-  const std::vector<std::vector<char>> all =
-      world.gather_bytes(world.rank() == 0 ? std::vector<char>{} : std::vector<char>(text.begin(), text.end()), 0);
+  // Only nodes with something to say send text: one-time, and small. The failed-node line
+  // travels after a NUL so that rank 0 can print all of them last.
+  std::string payload = text + '\0' + failed_line;
+  const std::vector<std::vector<char>> all = world.gather_bytes(
+      world.rank() == 0 ? std::vector<char>{} : std::vector<char>(payload.begin(), payload.end()), 0);
   if (world.rank() != 0) return "";
-  std::string report;
+  std::string report, failed_lines = failed_line;
   for (const DoctorCheck& c : mine) report += format_check(c) + "\n";
-  for (size_t r = 1; r < all.size(); ++r) report.append(all[r].begin(), all[r].end());
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::string part(all[r].begin(), all[r].end());
+    const size_t nul = part.find('\0');
+    report += part.substr(0, nul);
+    if (nul != std::string::npos) failed_lines += part.substr(nul + 1);
+  }
   report += fmt::format("doctor: {} rank{} checked, {} with a failed check\n", world.size(),
                         world.size() == 1 ? "" : "s", failures);
-  return report;
+  return report + failed_lines;
 }
 
 }  // namespace jumbo

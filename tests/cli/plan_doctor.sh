@@ -44,7 +44,7 @@ fi
 status=$?
 if [[ $status -eq 0 ]] && grep -q "|   days   GPU-h    cost$" "$tmp/cost" &&
   grep -q "^time to train 300B tokens: 95368 steps of 1536 x 2048 tokens; cost at \$40.00 per node-hour$" "$tmp/cost" &&
-  grep -Eq "^recommended: .*; [0-9.]+ days and \\$[0-9.]+M for 300B tokens;" "$tmp/cost"; then
+  grep -Eq "^recommended: .*; [0-9.]+ days and \\\$[0-9.]+M for 300B tokens;" "$tmp/cost"; then
   pass "plan --tokens: $(grep '^  time:' "$tmp/cost")"
 else
   fail "plan --tokens (status $status)"
@@ -99,6 +99,40 @@ if [[ $(id -u) -ne 0 ]]; then
     pass "doctor: read-only directory fails"
   else
     fail "doctor read-only: status $status"
+  fi
+fi
+# The network plugin NCCL would load, by NCCL's rules (NCCL_NET_PLUGIN unset: libnccl-net.so;
+# set: NAME, libnccl-net-NAME.so), found through LD_LIBRARY_PATH: plugins made here, one with the
+# ncclNetPlugin_v8 symbol NCCL looks for and one without.
+if command -v cc >/dev/null; then
+  mkdir -p "$tmp/plugin" "$tmp/empty"
+  echo 'int ncclNetPlugin_v8[4];' >"$tmp/plugin.c"
+  echo 'int not_a_plugin;' >"$tmp/empty.c"
+  cc -shared -fPIC -o "$tmp/plugin/libnccl-net.so" "$tmp/plugin.c" &&
+    cc -shared -fPIC -o "$tmp/empty/libnccl-net.so" "$tmp/empty.c" || fail "cc -shared"
+  LD_LIBRARY_PATH=$tmp/plugin "$jumbo" doctor >"$tmp/net" 2>&1
+  if grep -Eq "^ok    nccl-net   NCCL_NET_PLUGIN unset: .* loads libnccl-net.so = $tmp/plugin/libnccl-net.so \(ncclNetPlugin_v8\)$" "$tmp/net"; then
+    pass "doctor names the plugin file NCCL would load"
+  else
+    fail "doctor with a plugin on LD_LIBRARY_PATH"
+    cat "$tmp/net"
+  fi
+  # aws-ofi-nccl 1.14 has no libnccl-net-ofi.so: NCCL_NET_PLUGIN=ofi loses the plugin.
+  NCCL_NET_PLUGIN=ofi LD_LIBRARY_PATH=$tmp/plugin "$jumbo" doctor --expect-efa >"$tmp/ofi" 2>&1
+  status=$?
+  if [[ $status -eq 1 ]] && [[ $(grep -Ec "^(ok|warn|FAIL|skip) +nccl-net " "$tmp/ofi") -eq 1 ]] &&
+    grep -Eq "^FAIL  nccl-net   NCCL_NET_PLUGIN=ofi: .*libnccl-net-ofi.so, not found: searched LD_LIBRARY_PATH=$tmp/plugin, then .*; libnccl-net.so loads \($tmp/plugin/libnccl-net.so\): unset NCCL_NET_PLUGIN to use it; NCCL would use its socket transport between nodes$" "$tmp/ofi"; then
+    pass "doctor: NCCL_NET_PLUGIN=ofi without libnccl-net-ofi.so fails in one line naming both"
+  else
+    fail "doctor with NCCL_NET_PLUGIN=ofi (status $status)"
+    cat "$tmp/ofi"
+  fi
+  LD_LIBRARY_PATH=$tmp/empty "$jumbo" doctor --expect-efa >"$tmp/nosym" 2>&1
+  if grep -q "^FAIL  nccl-net   .*$tmp/empty/libnccl-net.so exports no ncclNetPlugin_vN symbol, so NCCL ignores it" "$tmp/nosym"; then
+    pass "doctor: a libnccl-net.so without ncclNetPlugin_vN fails"
+  else
+    fail "doctor with a plugin lacking the symbol"
+    cat "$tmp/nosym"
   fi
 fi
 # Under mpirun: one report from rank 0, every rank counted.

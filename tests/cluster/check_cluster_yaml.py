@@ -1,8 +1,11 @@
 """Checks the rendered ParallelCluster config and its companions (tests/cluster/cluster_yaml.sh).
 
-    check_cluster_yaml.py SOURCE_DIR RENDERED_YAML NAME=VALUE...
+    check_cluster_yaml.py SOURCE_DIR RENDERED_YAML CAPACITY NAME=VALUE...
 
-NAME=VALUE are the placeholder values the YAML was rendered with. Prints one line per failed
+CAPACITY is the render.sh --capacity variant (ondemand, odcr, block); NAME=VALUE are the
+placeholder values the YAML was rendered with. The keys and enums are checked against
+ParallelCluster's own schema, read from its source (tests/cluster/pcluster_schema.json says
+which commit and files). Prints one line per failed
 check, naming the key and what was expected, then a summary; exits 1 if any check failed.
 Needs PyYAML (Debian: python3-yaml).
 """
@@ -46,7 +49,11 @@ def placeholders_in(text):
     return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text))
 
 
-def check_placeholders(source, rendered_text, values):
+BASE_PLACEHOLDERS = {"AWS_REGION", "HEAD_SUBNET_ID", "COMPUTE_SUBNET_ID", "SSH_KEY_NAME", "S3_BUCKET"}
+RESERVED_PLACEHOLDERS = {"CAPACITY_RESERVATION_ID", "RESERVED_NODES"}
+
+
+def check_placeholders(source, rendered_text, values, capacity):
     template_text = (source / "parallelcluster/cluster.yaml").read_text()
     # The documented list: the comment lines at the top of the file, before the first key.
     header = []
@@ -59,8 +66,11 @@ def check_placeholders(source, rendered_text, values):
     check(documented == body, "cluster.yaml placeholders",
           f"those used in the body {sorted(body)} listed in the comment block at the top",
           sorted(documented))
-    check(body == set(values), "cluster.yaml placeholders",
-          f"exactly the names the test renders with {sorted(values)}", sorted(body))
+    check(body == BASE_PLACEHOLDERS | RESERVED_PLACEHOLDERS, "cluster.yaml placeholders",
+          f"{sorted(BASE_PLACEHOLDERS | RESERVED_PLACEHOLDERS)} over all variants", sorted(body))
+    wanted = BASE_PLACEHOLDERS | (RESERVED_PLACEHOLDERS if capacity != "ondemand" else set())
+    check(set(values) == wanted, f"render.sh --capacity {capacity}: placeholders",
+          f"the test to render with {sorted(wanted)}", sorted(values))
     try:
         readme = (source / "parallelcluster/README.md").read_text()
     except OSError as error:
@@ -74,7 +84,7 @@ def check_placeholders(source, rendered_text, values):
           [line.strip() for line in rendered_text.splitlines() if "${" in line][:3])
 
 
-def check_cluster(config, values, source):
+def check_cluster(config, values, source, capacity):
     bucket = values.get("S3_BUCKET", "")
     check(get(config, "Region") == values.get("AWS_REGION"), "Region",
           repr(values.get("AWS_REGION")), get(config, "Region"))
@@ -126,20 +136,92 @@ def check_cluster(config, values, source):
     check(isinstance(get(resource, "Name"), str), f"{r}.Name", "a name", get(resource, "Name"))
     check(get(resource, "Efa.Enabled") is True, f"{r}.Efa.Enabled", "true",
           get(resource, "Efa.Enabled"))
-    check(get(resource, "MinCount") == 0, f"{r}.MinCount",
-          "0 (no idle p4d billed between jobs)", get(resource, "MinCount"))
-    max_count = get(resource, "MaxCount")
-    check(isinstance(max_count, int) and max_count >= 1, f"{r}.MaxCount",
-          "an integer >= 1", max_count)
-    check(get(queue, "Networking.PlacementGroup.Enabled") is True,
-          f"{q}.Networking.PlacementGroup.Enabled", "true",
-          get(queue, "Networking.PlacementGroup.Enabled"))
+    check_capacity(queue, q, resource, r, values, capacity)
     check(get(queue, "Networking.SubnetIds") == [values.get("COMPUTE_SUBNET_ID")],
           f"{q}.Networking.SubnetIds", repr([values.get("COMPUTE_SUBNET_ID")]),
           get(queue, "Networking.SubnetIds"))
     check_custom_action(get(queue, "CustomActions.OnNodeConfigured"),
                         f"{q}.CustomActions.OnNodeConfigured", bucket, "compute")
     check_s3_access(get(queue, "Iam.S3Access"), f"{q}.Iam.S3Access", bucket)
+
+
+def check_capacity(queue, q, resource, r, values, capacity):
+    """The p4d queue's capacity rules per variant (ParallelCluster's validators:
+    cli/src/pcluster/validators/cluster_validators.py ComputeResourceSizeValidator and
+    ec2_validators.py CapacityTypeValidator, PlacementGroupCapacityTypeValidator)."""
+    min_count, max_count = get(resource, "MinCount"), get(resource, "MaxCount")
+    target = get(resource, "CapacityReservationTarget")
+    pg = get(queue, "Networking.PlacementGroup.Enabled")
+    ctype = get(queue, "CapacityType")
+    if capacity == "ondemand":
+        check(ctype == "ONDEMAND", f"{q}.CapacityType", "'ONDEMAND'", ctype)
+        check(min_count == 0, f"{r}.MinCount", "0 (no idle p4d billed between jobs)", min_count)
+        check(isinstance(max_count, int) and max_count >= 1, f"{r}.MaxCount", "an integer >= 1",
+              max_count)
+        check(pg is True, f"{q}.Networking.PlacementGroup.Enabled", "true", pg)
+        check(target is MISSING and get(queue, "CapacityReservationTarget") is MISSING,
+              f"{r}.CapacityReservationTarget", "absent without a reservation", target)
+        return
+    want_type = "CAPACITY_BLOCK" if capacity == "block" else "ONDEMAND"
+    check(ctype == want_type, f"{q}.CapacityType", repr(want_type), ctype)
+    nodes = int(values.get("RESERVED_NODES", "0"))
+    check(min_count == nodes and max_count == nodes and nodes > 0, f"{r}.MinCount/MaxCount",
+          f"both {nodes} (MinCount = MaxCount > 0, static nodes of the reservation)",
+          [min_count, max_count])
+    check(get(resource, "CapacityReservationTarget.CapacityReservationId") ==
+          values.get("CAPACITY_RESERVATION_ID"), f"{r}.CapacityReservationTarget.CapacityReservationId",
+          repr(values.get("CAPACITY_RESERVATION_ID")), target)
+    check(pg is False, f"{q}.Networking.PlacementGroup.Enabled",
+          "false (a placement constraint outside the reservation fails launches)", pg)
+    check(get(resource, "Instances") is MISSING and get(queue, "AllocationStrategy") is MISSING,
+          f"{r}", "one InstanceType and no AllocationStrategy with a reservation",
+          get(queue, "AllocationStrategy"))
+
+
+def check_cpu_queue(config):
+    """A small, not exclusive CPU queue named cpu: slurm/sweep.sh sends its summary job there."""
+    queues = get(config, "Scheduling.SlurmQueues")
+    cpu = [qu for qu in queues if get(qu, "Name") == "cpu"] if isinstance(queues, list) else []
+    if not check(len(cpu) == 1, "Scheduling.SlurmQueues[Name=cpu]", "one queue named cpu"):
+        return
+    qu = cpu[0]
+    check(get(qu, "JobExclusiveAllocation") in (MISSING, False),
+          "Scheduling.SlurmQueues[cpu].JobExclusiveAllocation", "absent or false", get(qu, "JobExclusiveAllocation"))
+    for i, res in enumerate(get(qu, "ComputeResources") or []):
+        itype = str(get(res, "InstanceType"))
+        check(re.match(r"^(c5|c6i|c6a|c7i|m5|m6i|m7i)\.", itype) is not None,
+              f"Scheduling.SlurmQueues[cpu].ComputeResources[{i}].InstanceType",
+              "a CPU instance type (c5/c6i/c7i/m5/m6i...)", itype)
+        check(get(res, "MinCount") == 0, f"Scheduling.SlurmQueues[cpu].ComputeResources[{i}].MinCount",
+              "0", get(res, "MinCount"))
+    check(get(queues[0], "Name") != "cpu", "Scheduling.SlurmQueues[0].Name",
+          "the GPU queue first (Slurm's default partition)", get(queues[0], "Name"))
+
+
+def check_schema(node, schema_name, where, schemas, enums):
+    """Every key is one ParallelCluster's schema class knows, recursively; enums by value."""
+    known = schemas.get(schema_name)
+    if known is None or not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        path = f"{where}.{key}" if where else key
+        if not check(key in known, path,
+                     f"a key of ParallelCluster's {schema_name} (one of {sorted(known)})", key):
+            continue
+        for enum_key, allowed in enums.items():
+            parts = enum_key.split(".")
+            tail = parts[-1].rstrip("[]")
+            parent = parts[0].split("[")[0] if len(parts) > 1 else None
+            if tail == key and (parent is None or parent in where.split(".")[-1].split("[")[0]
+                                or where.endswith(parent) or parent in where):
+                items = value if isinstance(value, list) and enum_key.endswith("[]") else [value]
+                for item in items:
+                    check(item in allowed, path, f"one of {allowed}", item)
+        nested = known[key]
+        if nested:
+            for i, item in enumerate(value if isinstance(value, list) else [value]):
+                check_schema(item, nested, f"{path}[{i}]" if isinstance(value, list) else path,
+                             schemas, enums)
 
 
 def check_custom_action(action, where, bucket, role):
@@ -240,11 +322,12 @@ def check_agent_config(source):
 
 
 def main(argv):
-    if len(argv) < 3:
+    if len(argv) < 4 or argv[3] not in ("ondemand", "odcr", "block"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     source, rendered = Path(argv[1]), Path(argv[2])
-    values = dict(arg.split("=", 1) for arg in argv[3:])
+    capacity = argv[3]
+    values = dict(arg.split("=", 1) for arg in argv[4:])
     rendered_text = rendered.read_text()
     try:
         config = yaml.safe_load(rendered_text)
@@ -254,8 +337,11 @@ def main(argv):
     if not isinstance(config, dict):
         print(f"rendered cluster.yaml: expected a mapping at the top, got {type(config).__name__}")
         return 1
-    check_placeholders(source, rendered_text, values)
-    check_cluster(config, values, source)
+    check_placeholders(source, rendered_text, values, capacity)
+    check_cluster(config, values, source, capacity)
+    check_cpu_queue(config)
+    schema = json.loads((source / "tests/cluster/pcluster_schema.json").read_text())
+    check_schema(config, "ClusterSchema", "", schema["schemas"], schema["enums"])
     check_storage(config, values)
     check_monitoring(config)
     check_agent_config(source)

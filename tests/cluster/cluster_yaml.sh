@@ -41,14 +41,24 @@ values=(
   S3_BUCKET=jumbo-test-bucket
 )
 
-# -- render.sh with every variable set: a YAML file with the values, checked key by key.
-if env -i PATH="$PATH" "${values[@]}" bash "$pc/render.sh" "$tmp/cluster.yaml" >"$tmp/render.out" 2>&1; then
+reserved=(CAPACITY_RESERVATION_ID=cr-0123456789abcdef0 RESERVED_NODES=16)
+
+# check_variant CAPACITY VALUE...: render.sh --capacity CAPACITY, then every key checked (the
+# rules of the variant, and ParallelCluster's schema).
+check_variant() {
+  local capacity=$1 checker_out checker_rc counts
+  shift
+  if ! env -i PATH="$PATH" "$@" bash "$pc/render.sh" --capacity "$capacity" "$tmp/$capacity.yaml" \
+    >"$tmp/render.out" 2>&1; then
+    fail "render.sh --capacity $capacity with all variables set: expected exit 0, got: $(tr '\n' ' ' <"$tmp/render.out")"
+    return
+  fi
   pass
   checker_out=$("$python" "$source_dir/tests/cluster/check_cluster_yaml.py" "$source_dir" \
-    "$tmp/cluster.yaml" "${values[@]}" 2>&1)
+    "$tmp/$capacity.yaml" "$capacity" "$@" 2>&1)
   checker_rc=$?
   # The checker's own failure lines, then its count folded into ours.
-  grep -v '^check_cluster_yaml: ' <<<"$checker_out" | grep . | sed 's/^/FAIL: /' || true
+  grep -v '^check_cluster_yaml: ' <<<"$checker_out" | grep . | sed "s/^/FAIL: [$capacity] /" || true
   counts=$(grep '^check_cluster_yaml: ' <<<"$checker_out")
   if [[ $counts =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     passed=$((passed + BASH_REMATCH[1]))
@@ -57,9 +67,43 @@ if env -i PATH="$PATH" "${values[@]}" bash "$pc/render.sh" "$tmp/cluster.yaml" >
     fail "check_cluster_yaml.py: no summary line (exit $checker_rc): $checker_out"
   fi
   ((checker_rc == 0 || failed > 0)) || fail "check_cluster_yaml.py exited $checker_rc"
-else
-  fail "render.sh with all variables set: expected exit 0, got: $(tr '\n' ' ' <"$tmp/render.out")"
+}
+check_variant ondemand "${values[@]}"
+check_variant odcr "${values[@]}" "${reserved[@]}"
+check_variant block "${values[@]}" "${reserved[@]}"
+# The default variant is ondemand.
+if env -i PATH="$PATH" "${values[@]}" bash "$pc/render.sh" "$tmp/default.yaml" >/dev/null 2>&1 &&
+  cmp -s "$tmp/default.yaml" "$tmp/ondemand.yaml"; then pass; else fail "render.sh without --capacity: expected the ondemand variant"; fi
+
+# -- the schema check finds a key ParallelCluster does not know, naming it.
+if [[ -f $tmp/block.yaml ]]; then
+  sed 's/^\( *\)JobExclusiveAllocation: true.*/&\n\1JobExclusive: true/' "$tmp/block.yaml" >"$tmp/bogus.yaml"
+  out=$("$python" "$source_dir/tests/cluster/check_cluster_yaml.py" "$source_dir" "$tmp/bogus.yaml" block \
+    "${values[@]}" "${reserved[@]}" 2>&1)
+  if grep -q "^Scheduling.SlurmQueues\[0\].JobExclusive: expected a key of ParallelCluster's SlurmQueueSchema" <<<"$out"; then
+    pass
+  else
+    fail "check_cluster_yaml.py on an unknown key JobExclusive: expected a line naming it, got: $(head -n 3 <<<"$out" | tr '\n' '|')"
+  fi
 fi
+
+# -- render.sh refuses a bad variant and a reserved variant's missing values, one line each.
+for args in "--capacity spot" "--capacity block"; do
+  # shellcheck disable=SC2086 # two words on purpose
+  env -i PATH="$PATH" "${values[@]}" bash "$pc/render.sh" $args "$tmp/bad.yaml" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  want=$([[ $args == *spot ]] && echo 1 || echo 2)
+  if ((rc != 0)) && (($(grep -c . "$tmp/err") == want)) && [[ ! -e $tmp/bad.yaml ]] &&
+    { [[ $args == *spot ]] && grep -q "'spot'" "$tmp/err" || grep -q CAPACITY_RESERVATION_ID "$tmp/err"; }; then
+    pass
+  else
+    fail "render.sh $args: expected exit 2 and $want line(s) naming the problem, got $rc: $(tr '\n' '|' <"$tmp/err")"
+  fi
+done
+if env -i PATH="$PATH" "${values[@]}" CAPACITY_RESERVATION_ID=cr-1 RESERVED_NODES=0 bash "$pc/render.sh" \
+  --capacity odcr "$tmp/zero.yaml" >/dev/null 2>"$tmp/err"; then
+  fail "render.sh --capacity odcr with RESERVED_NODES=0: expected a refusal"
+elif grep -q RESERVED_NODES "$tmp/err"; then pass; else fail "render.sh RESERVED_NODES=0: $(cat "$tmp/err")"; fi
 
 # -- render.sh with one variable missing (each in turn): non-zero, one line naming it, no file.
 for entry in "${values[@]}"; do
