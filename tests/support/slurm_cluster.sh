@@ -52,14 +52,12 @@ _slurm_kill() {
   kill -KILL "$pid" 2>/dev/null
 }
 
-_slurm_write_conf() {
-  local dir=$1 host=$2 ctld_port=$3 slurmd_port=$4
-  cat >"$dir/slurm.conf" <<EOF
-# Written by tests/support/slurm_cluster.sh: a one-node test cluster.
-ClusterName=jumbotest
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
+# The settings every test cluster shares (this one-node harness and slurm_multihost.sh):
+# plugins that need no cgroups or systemd, no accounting, quick scheduling and timeouts.
+# Prints slurm.conf lines; DIR holds munge's socket and the state.
+_slurm_common_conf() {
+  local dir=$1
+  cat <<EOF
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -68,11 +66,8 @@ CredType=cred/munge
 # 120 s, "Reason=BeginTime"); 10 s keeps the requeue tests short.
 AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig=$dir/plugstack.conf
@@ -94,15 +89,32 @@ MaxArraySize=1001
 # Short timeouts: a test waits for them.
 MinJobAge=300
 SlurmctldTimeout=10
-SlurmdTimeout=30
 MessageTimeout=10
 KillWait=5
 InactiveLimit=0
 SlurmdParameters=config_overrides
+EOF
+  : >"$dir/plugstack.conf"  # none of the system's SPANK plugins
+}
+
+_slurm_write_conf() {
+  local dir=$1 host=$2 ctld_port=$3 slurmd_port=$4
+  {
+    cat <<EOF
+# Written by tests/support/slurm_cluster.sh: a one-node test cluster.
+ClusterName=jumbotest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmdSpoolDir=$dir/spool
+SlurmdPidFile=$dir/slurmd.pid
+SlurmdLogFile=$dir/log/slurmd.log
+SlurmdTimeout=30
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
-  : >"$dir/plugstack.conf"  # none of the system's SPANK plugins
+    _slurm_common_conf "$dir"
+  } >"$dir/slurm.conf"
 }
 
 _slurm_no_running_jobs() {

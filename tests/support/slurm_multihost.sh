@@ -32,7 +32,7 @@
 #   multihost_cleanup TAG         removes what runs with TAG left behind (their shell ended
 #                                 without stop_multihost); start_multihost does it too
 #   multihost_nodes_idle          every node idle in sinfo
-# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field.
+# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field, _slurm_common_conf.
 
 # shellcheck source=tests/support/slurm_cluster.sh
 source "$(dirname "${BASH_SOURCE[0]}")/slurm_cluster.sh"
@@ -114,7 +114,8 @@ multihost_cleanup() {
 
 _mh_write_conf() {
   local dir=$1 ctld_host=$2 ctld_addr=$3 ctld_port=$4 cpus=$5 i
-  cat >"$dir/slurm.conf" <<EOF
+  {
+    cat <<EOF
 # Written by tests/support/slurm_multihost.sh: ${#MULTIHOST_HOSTS[@]} hosts, each a network +
 # UTS namespace with its own slurmd; slurmctld on the bridge's address.
 ClusterName=jumbomh
@@ -122,12 +123,6 @@ SlurmctldHost=$ctld_host($ctld_addr)
 SlurmctldPort=$ctld_port
 # Every host has its own network namespace: the same port on each.
 SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
-StateSaveLocation=$dir/state
 # %n: per host (NodeName), since the hosts share the file system.
 SlurmdSpoolDir=$dir/spool/%n
 SlurmdPidFile=$dir/run/slurmd-%n.pid
@@ -135,37 +130,14 @@ SlurmdLogFile=$dir/log/slurmd-%n.log
 # Also per host: the pmix plugin's client directories (spmix_appdir_UID_JOB.STEP) would
 # otherwise collide in the shared /tmp (both hosts run the same step).
 TmpFS=$dir/tmp/%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig=$dir/plugstack.conf
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=1
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-JobRequeue=1
-ReturnToService=2
-MinJobAge=300
-SlurmctldTimeout=10
 SlurmdTimeout=${MULTIHOST_SLURMD_TIMEOUT:-30}
-MessageTimeout=10
-KillWait=5
-InactiveLimit=0
-SlurmdParameters=config_overrides
 EOF
-  for ((i = 1; i <= ${#MULTIHOST_HOSTS[@]}; i++)); do
-    echo "NodeName=host$i NodeAddr=$MULTIHOST_NET.$((10 + i)) CPUs=$cpus RealMemory=1000 State=UNKNOWN"
-  done >>"$dir/slurm.conf"
-  echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" \
-    >>"$dir/slurm.conf"
-  : >"$dir/plugstack.conf"
+    for ((i = 1; i <= ${#MULTIHOST_HOSTS[@]}; i++)); do
+      echo "NodeName=host$i NodeAddr=$MULTIHOST_NET.$((10 + i)) CPUs=$cpus RealMemory=1000 State=UNKNOWN"
+    done
+    echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+    _slurm_common_conf "$dir"
+  } >"$dir/slurm.conf"
 }
 
 # The rsh agent Open MPI's mpirun uses for --host hostN outside Slurm: "AGENT [-opts] HOST CMD...",
