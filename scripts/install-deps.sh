@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev python3-torch
   libfabric-dev python3-yaml
   slurmctld slurmd slurm-client munge
+  iproute2 util-linux
 )
 
 # Root runs apt directly (containers, CI); anyone else goes through sudo.

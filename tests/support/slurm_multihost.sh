@@ -169,6 +169,20 @@ multihost_exec() {
   nsenter --net="/run/netns/$(_mh_netns "$host")" --uts="$(_mh_uts "$host")" -- "$@"
 }
 
+# multihost_possible: whether this machine lets the harness make hosts (root, and network and
+# UTS namespaces permitted: an unprivileged container refuses them). Says why not on stderr.
+multihost_possible() {
+  if ((EUID != 0)); then
+    echo "slurm_multihost: needs root (network namespaces, veths, a bridge)" >&2
+    return 1
+  fi
+  if ! unshare --net --uts true 2>/dev/null; then
+    echo "slurm_multihost: this machine does not permit network and UTS namespaces" \
+      "(unshare --net --uts: $(unshare --net --uts true 2>&1 | head -1))" >&2
+    return 1
+  fi
+}
+
 multihost_cut() { ip link set "$(_mh_veth "$1")" down; }
 multihost_restore() { ip link set "$(_mh_veth "$1")" up; }
 
