@@ -86,6 +86,7 @@ std::string to_json_line(const StepMetrics& m) {
     nlohmann::ordered_json& e = j["anomaly"];
     e["kind"] = to_string(a->kind);
     e["action"] = to_string(a->action);
+    if (a->requested != a->action) e["requested"] = to_string(a->requested);
     e["loss_mean"] = finite_or_null(a->running_mean);
     e["threshold"] = finite_or_null(a->threshold);
     if (a->action != AnomalyAction::stop) e["skipped_samples"] = {a->first_sample, a->end_sample};
@@ -148,8 +149,9 @@ std::string anomaly_line(const StepMetrics& m) {
   switch (a.action) {
     case AnomalyAction::stop: done = "stopping before the update"; break;
     case AnomalyAction::skip:
-      done = fmt::format("skipped the update (samples {}-{} not trained on)", a.first_sample,
-                         a.end_sample - 1);
+      done = fmt::format("{}skipped the update (samples {}-{} not trained on)",
+                         a.requested == AnomalyAction::rewind ? "no checkpoint before it to rewind to: " : "",
+                         a.first_sample, a.end_sample - 1);
       break;
     case AnomalyAction::rewind:
       done = fmt::format("rewound to the checkpoint of step {} and skipped samples {}-{}",

@@ -204,21 +204,21 @@ TrainSummary Trainer::run() {
       interval_compute_s = interval_wait_s = 0;
     }
     if (!r.applied) {
-      // Logged there: the step's line, then what was done about it.
+      // Stops (logged, then thrown), skips, or rewinds; m says which.
       const int64_t next = handle_anomaly(m, anomalies_.check(r.loss, r.grad_norm), first_sample,
                                           batch, summary);
       if (next <= step) {  // a rewind: the steps from the checkpoint on run again
+        log_step(m, true);
         step = next;
         continue;
       }
-    } else {
-      if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
-        evaluate(m);
-        summary.final_val_loss = m.val_loss;
-      }
-      if (cfg_.log.comm) collect_comm_bytes(m);
-      log_step(m, interval || m.val_loss.has_value());
     }
+    if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
+      evaluate(m);
+      summary.final_val_loss = m.val_loss;
+    }
+    if (cfg_.log.comm) collect_comm_bytes(m);
+    log_step(m, interval || m.val_loss.has_value());
     summary.losses.push_back(r.loss);
     summary.final_loss = r.loss;
     summary.steps = step;

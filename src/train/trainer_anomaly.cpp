@@ -27,7 +27,7 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
   const int64_t step = m.step;
   StepAnomaly& a = m.anomaly.emplace();
   a.kind = kind;
-  a.action = t.on_anomaly;
+  a.action = a.requested = t.on_anomaly;
   a.running_mean = verdict.running_mean;
   a.threshold = verdict.threshold;
   a.limit = t.max_anomalies;
@@ -49,7 +49,6 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
                          .end_sample = first_sample + batch, .kind = kind,
                          .action = t.on_anomaly, .loss = m.loss};
   int64_t next = step + 1;
-  std::string fallback;
   if (t.on_anomaly == AnomalyAction::rewind) {
     std::optional<Manifest> saved;
     if (checkpointer_) {
@@ -71,9 +70,7 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
       summary.losses.resize(std::min(summary.losses.size(), kept));
       summary.steps = step_;
     } else {
-      skipped.action = AnomalyAction::skip;
-      fallback = fmt::format("no checkpoint before step {} under {} to rewind to: skipped the "
-                             "update instead", step, cfg_.checkpoint.dir);
+      skipped.action = AnomalyAction::skip;  // nothing to go back to: the anomaly line says so
     }
   }
   consumed_samples_ = skipped.end_sample;  // skipped samples move the data order, not the tokens
@@ -82,9 +79,8 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
   a.end_sample = skipped.end_sample;
   a.rewound_to_step = skipped.rewound_to_step;
   a.recent = anomalies_.record(skipped);
-  log_step(m, true);
-  if (!fallback.empty()) print(fallback);
   if (anomalies_.over_limit(a.recent)) {
+    log_step(m, true);
     if (checkpointer_) checkpointer_->wait();
     throw UserError(fmt::format(
         "step {}: {} anomalies within train.anomaly_window = {} steps, more than "

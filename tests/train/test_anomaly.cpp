@@ -200,6 +200,27 @@ TEST(Anomalies, RewindWithoutAnEarlierCheckpointSkipsAndSaysSo) {
   EXPECT_EQ(s.anomalies[0].action, AnomalyAction::skip);
   EXPECT_EQ(s.anomalies[0].first_sample, 16);
   EXPECT_EQ(s.steps, 12);
+  std::ifstream metrics(run.dir.file("metrics.jsonl"));
+  std::string line, anomalous;
+  while (std::getline(metrics, line))
+    if (line.find("\"anomaly\"") != std::string::npos) anomalous = line;
+  EXPECT_NE(anomalous.find("\"action\":\"skip\",\"requested\":\"rewind\""), std::string::npos)
+      << anomalous;
+}
+
+TEST(Anomalies, ASkippedStepStillEvaluatesWhenDue) {
+  TinyRun run;
+  const FaultScope fault("nan@90");  // step 12, the last: samples 88-95
+  const TrainSummary s =
+      train(anomaly_config(run, "eval", "skip", {"train.steps=12", "train.eval_every=6"}));
+  ASSERT_EQ(s.anomalies.size(), 1u);
+  EXPECT_EQ(s.anomalies[0].step, 12);
+  ASSERT_TRUE(s.final_val_loss.has_value());
+  std::ifstream metrics(run.dir.file("metrics.jsonl"));
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  EXPECT_NE(last.find("\"val_loss\""), std::string::npos) << last;
+  EXPECT_NE(last.find("\"anomaly\""), std::string::npos) << last;
 }
 
 }  // namespace

@@ -16,7 +16,9 @@ namespace jumbo {
 // What the anomaly guard saw at a step and what the run did (train.on_anomaly).
 struct StepAnomaly {
   AnomalyKind kind = AnomalyKind::nonfinite;
-  AnomalyAction action = AnomalyAction::stop;
+  AnomalyAction action = AnomalyAction::stop;     // what was done
+  AnomalyAction requested = AnomalyAction::stop;  // train.on_anomaly (a rewind with no
+                                                  // earlier checkpoint is a skip)
   double running_mean = 0;  // the statistic (0: spikes not checked yet)
   double threshold = 0;     // spike_ratio x running_mean
   int64_t first_sample = 0, end_sample = 0;  // samples skipped (skip, rewind)

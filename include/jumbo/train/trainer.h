@@ -76,8 +76,9 @@ class Trainer {
   void resume_from_checkpoint();
   // After a load into checkpoint_pieces(load): the state everywhere, the counters of `m`.
   void restore_loaded_state(const Manifest& m);
-  // An anomalous step (trainer_anomaly.cpp): records it, logs it (m, human line, EMF) and
-  // acts on train.on_anomaly; throws UserError to stop. Returns the step the run goes on from.
+  // An anomalous step (trainer_anomaly.cpp): records it in the guard and in m, and acts on
+  // train.on_anomaly; logs and throws UserError to stop (stop, or over train.max_anomalies).
+  // Returns the step the run goes on from: the next, or after a rewind the checkpoint's + 1.
   int64_t handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict, int64_t first_sample,
                          int64_t batch, TrainSummary& summary);
   void log_step(StepMetrics& m, bool interval);  // JSON line, human line, EMF
