@@ -117,6 +117,28 @@ EOF
   } >"$dir/slurm.conf"
 }
 
+# _slurm_start_munge_and_ctld DIR: munged (a fresh key) and slurmctld (a fresh state) of the
+# cluster configured in DIR, each waited for (bounded); says what failed and returns 1.
+# Shared with slurm_multihost.sh; the caller stops what did start.
+_slurm_start_munge_and_ctld() {
+  local dir=$1
+  mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1 ||
+    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+  chmod 400 "$dir/munge/munge.key"
+  # --force: munged refuses to run as root otherwise.
+  munged --force --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+    --seed-file="$dir/munge/munged.seed" >"$dir/log/munged.out" 2>&1 ||
+    { cat "$dir/log/munged.out" "$dir/munge/munged.log" >&2; return 1; }
+  _slurm_wait_for 10 test -S "$dir/munge/munge.socket" ||
+    { _slurm_fail "munged did not create its socket"; return 1; }
+  # -c: a fresh state (nothing from an earlier cluster in this directory).
+  slurmctld -c >"$dir/log/slurmctld.out" 2>&1 ||
+    { cat "$dir/log/slurmctld.out" "$dir/log/slurmctld.log" >&2; return 1; }
+  _slurm_wait_for 20 scontrol ping ||
+    { _slurm_fail "slurmctld did not answer in 20 s"; cat "$dir/log/slurmctld.log" >&2; return 1; }
+}
+
 _slurm_no_running_jobs() {
   [[ -z $(squeue -h -t R,CG -o %A 2>/dev/null) ]]
 }
@@ -149,22 +171,7 @@ start_slurm() {
   # ~1 s instead of ~10 ms under srun or mpirun in a job). Yielding when idle avoids that.
   export OMPI_MCA_mpi_yield_when_idle=1
 
-  mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1 ||
-    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
-  chmod 400 "$dir/munge/munge.key"
-  # --force: munged refuses to run as root otherwise.
-  munged --force --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
-    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
-    --seed-file="$dir/munge/munged.seed" >"$dir/log/munged.out" 2>&1 ||
-    { cat "$dir/log/munged.out" "$dir/munge/munged.log" >&2; stop_slurm; return 1; }
-  _slurm_wait_for 10 test -S "$dir/munge/munge.socket" ||
-    { _slurm_fail "munged did not create its socket"; stop_slurm; return 1; }
-
-  # -c: a fresh state (nothing from an earlier cluster in this directory).
-  slurmctld -c >"$dir/log/slurmctld.out" 2>&1 ||
-    { cat "$dir/log/slurmctld.out" "$dir/log/slurmctld.log" >&2; stop_slurm; return 1; }
-  _slurm_wait_for 20 scontrol ping ||
-    { _slurm_fail "slurmctld did not answer in 20 s"; slurm_logs >&2; stop_slurm; return 1; }
+  _slurm_start_munge_and_ctld "$dir" || { stop_slurm; return 1; }
   slurmd >"$dir/log/slurmd.out" 2>&1 ||
     { cat "$dir/log/slurmd.out" "$dir/log/slurmd.log" >&2; stop_slurm; return 1; }
   _slurm_wait_for 30 _slurm_node_idle "$host" ||

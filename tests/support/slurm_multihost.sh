@@ -32,7 +32,8 @@
 #   multihost_cleanup TAG         removes what runs with TAG left behind (their shell ended
 #                                 without stop_multihost); start_multihost does it too
 #   multihost_nodes_idle          every node idle in sinfo
-# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field, _slurm_common_conf.
+# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field, _slurm_common_conf,
+# _slurm_start_munge_and_ctld.
 
 # shellcheck source=tests/support/slurm_cluster.sh
 source "$(dirname "${BASH_SOURCE[0]}")/slurm_cluster.sh"
@@ -270,19 +271,7 @@ start_multihost() {
   export OMPI_MCA_orte_tmpdir_base=$dir/ompi OMPI_MCA_btl_vader_backing_directory=$dir/ompi
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
 
-  mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1 ||
-    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
-  chmod 400 "$dir/munge/munge.key"
-  munged --force --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
-    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
-    --seed-file="$dir/munge/munged.seed" >"$dir/log/munged.out" 2>&1 ||
-    { cat "$dir/log/munged.out" "$dir/munge/munged.log" >&2; stop_multihost; return 1; }
-  _slurm_wait_for 10 test -S "$dir/munge/munge.socket" ||
-    { _mh_fail "munged did not create its socket"; stop_multihost; return 1; }
-  slurmctld -c >"$dir/log/slurmctld.out" 2>&1 ||
-    { cat "$dir/log/slurmctld.out" "$dir/log/slurmctld.log" >&2; stop_multihost; return 1; }
-  _slurm_wait_for 20 scontrol ping ||
-    { _mh_fail "slurmctld did not answer in 20 s"; multihost_logs >&2; stop_multihost; return 1; }
+  _slurm_start_munge_and_ctld "$dir" || { stop_multihost; return 1; }
   for host in "${MULTIHOST_HOSTS[@]}"; do
     # -N: this slurmd is that node of slurm.conf (its UTS host name says the same).
     multihost_exec "$host" slurmd -N "$host" >"$dir/log/slurmd-$host.out" 2>&1 ||
