@@ -84,13 +84,14 @@ std::string to_json_line(const StepMetrics& m) {
   for (const auto& [group, bytes] : m.comm_bytes) j["comm_bytes"][group] = bytes;
   if (const auto& a = m.anomaly) {
     nlohmann::ordered_json& e = j["anomaly"];
-    e["kind"] = to_string(a->kind);
-    e["action"] = to_string(a->action);
-    if (a->requested != a->action) e["requested"] = to_string(a->requested);
+    const SkippedSamples& r = a->record;
+    e["kind"] = to_string(r.kind);
+    e["action"] = to_string(r.action);
+    if (a->requested != r.action) e["requested"] = to_string(a->requested);
     e["loss_mean"] = finite_or_null(a->running_mean);
     e["threshold"] = finite_or_null(a->threshold);
-    if (a->action != AnomalyAction::stop) e["skipped_samples"] = {a->first_sample, a->end_sample};
-    if (a->action == AnomalyAction::rewind) e["rewound_to_step"] = a->rewound_to_step;
+    if (r.action != AnomalyAction::stop) e["skipped_samples"] = {r.first_sample, r.end_sample};
+    if (r.action == AnomalyAction::rewind) e["rewound_to_step"] = r.rewound_to_step;
     e["recent"] = a->recent;
     e["limit"] = a->limit;
     e["window"] = a->window;
@@ -140,22 +141,23 @@ std::string human_line(const StepMetrics& m) {
 
 std::string anomaly_line(const StepMetrics& m) {
   const StepAnomaly& a = *m.anomaly;
+  const SkippedSamples& r = a.record;
   std::string seen =
-      a.kind == AnomalyKind::nonfinite
+      r.kind == AnomalyKind::nonfinite
           ? fmt::format("loss {:.4f} and grad norm {:.4f} (not finite)", m.loss, m.grad_norm)
           : fmt::format("loss spike: {:.4f} > {:.4g} x running mean {:.4f}", m.loss,
                         a.running_mean > 0 ? a.threshold / a.running_mean : 0.0, a.running_mean);
   std::string done;
-  switch (a.action) {
+  switch (r.action) {
     case AnomalyAction::stop: done = "stopping before the update"; break;
     case AnomalyAction::skip:
       done = fmt::format("{}skipped the update (samples {}-{} not trained on)",
                          a.requested == AnomalyAction::rewind ? "no checkpoint before it to rewind to: " : "",
-                         a.first_sample, a.end_sample - 1);
+                         r.first_sample, r.end_sample - 1);
       break;
     case AnomalyAction::rewind:
       done = fmt::format("rewound to the checkpoint of step {} and skipped samples {}-{}",
-                         a.rewound_to_step, a.first_sample, a.end_sample - 1);
+                         r.rewound_to_step, r.first_sample, r.end_sample - 1);
       break;
   }
   return fmt::format("step {}: {}; {}; anomaly {} of at most {} in {} steps", m.step, seen, done,

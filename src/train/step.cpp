@@ -33,8 +33,8 @@ StepResult train_step(const StepParts& parts, MicrobatchSource& source, const St
   }
   sq = g.grad_norm.all_reduce_scalar(sq, ReduceOp::sum);
   r.grad_norm = std::sqrt(sq);
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;
   if (request.apply_update && !request.apply_update(r)) return r;
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;
   if (request.grad_clip > 0 && r.grad_norm > request.grad_clip) {
     r.clip_scale = request.grad_clip / r.grad_norm;
   }

@@ -155,8 +155,10 @@ TrainSummary Trainer::run() {
     StepRequest request{.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
                         .grad_clip = cfg_.train.grad_clip};
     // Every rank holds the same loss and grad norm here, so every rank decides alike.
-    request.apply_update = [this](const StepResult& r) {
-      return !anomalies_.check(r.loss, r.grad_norm).kind;
+    AnomalyVerdict verdict;
+    request.apply_update = [this, &verdict](const StepResult& r) {
+      verdict = anomalies_.check(r.loss, r.grad_norm);
+      return !verdict.kind;
     };
     if (faults_.nan_in(first_sample, first_sample + batch)) {
       request.before_grad_norm = [this](Tensor grads) { poison_with_nan(backend_, grads); };
@@ -205,8 +207,7 @@ TrainSummary Trainer::run() {
     }
     if (!r.applied) {
       // Stops (logged, then thrown), skips, or rewinds; m says which.
-      const int64_t next = handle_anomaly(m, anomalies_.check(r.loss, r.grad_norm), first_sample,
-                                          batch, summary);
+      const int64_t next = handle_anomaly(m, verdict, first_sample, batch, summary);
       if (next <= step) {  // a rewind: the steps from the checkpoint on run again
         log_step(m, true);
         step = next;

@@ -26,12 +26,14 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
   const AnomalyKind kind = *verdict.kind;
   const int64_t step = m.step;
   StepAnomaly& a = m.anomaly.emplace();
-  a.kind = kind;
-  a.action = a.requested = t.on_anomaly;
+  a.requested = t.on_anomaly;
   a.running_mean = verdict.running_mean;
   a.threshold = verdict.threshold;
   a.limit = t.max_anomalies;
   a.window = t.anomaly_window;
+  SkippedSamples& skipped = a.record;
+  skipped = {.step = step, .first_sample = first_sample, .end_sample = first_sample + batch,
+             .kind = kind, .action = t.on_anomaly, .loss = m.loss};
   if (t.on_anomaly == AnomalyAction::stop) {
     a.recent = 1;
     log_step(m, true);
@@ -45,9 +47,6 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
                           verdict.running_mean, t.spike_ratio)));
   }
 
-  SkippedSamples skipped{.step = step, .first_sample = first_sample,
-                         .end_sample = first_sample + batch, .kind = kind,
-                         .action = t.on_anomaly, .loss = m.loss};
   int64_t next = step + 1;
   if (t.on_anomaly == AnomalyAction::rewind) {
     std::optional<Manifest> saved;
@@ -74,10 +73,6 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
     }
   }
   consumed_samples_ = skipped.end_sample;  // skipped samples move the data order, not the tokens
-  a.action = skipped.action;
-  a.first_sample = skipped.first_sample;
-  a.end_sample = skipped.end_sample;
-  a.rewound_to_step = skipped.rewound_to_step;
   a.recent = anomalies_.record(skipped);
   if (anomalies_.over_limit(a.recent)) {
     log_step(m, true);

@@ -86,10 +86,12 @@ TEST(MetricsJson, NonFiniteValuesBecomeNull) {
 
 TEST(MetricsJson, AnomalyAndRankTimesWhenPresent) {
   StepMetrics m = sample_metrics();
-  m.anomaly = jumbo::StepAnomaly{.kind = jumbo::AnomalyKind::spike,
-                                 .action = jumbo::AnomalyAction::rewind, .running_mean = 4,
-                                 .threshold = 6, .first_sample = 160, .end_sample = 192,
-                                 .rewound_to_step = 10, .recent = 1, .limit = 5, .window = 1000};
+  m.anomaly = jumbo::StepAnomaly{
+      .record = {.step = 12, .first_sample = 160, .end_sample = 192,
+                 .kind = jumbo::AnomalyKind::spike, .action = jumbo::AnomalyAction::rewind,
+                 .loss = 9, .rewound_to_step = 10},
+      .requested = jumbo::AnomalyAction::rewind, .running_mean = 4, .threshold = 6, .recent = 1,
+      .limit = 5, .window = 1000};
   jumbo::RankTimes t;
   t.compute_s = {1, 1.5, 4};
   t.wait_s = {0.1, 2, 3};

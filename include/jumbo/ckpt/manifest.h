@@ -16,18 +16,6 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // Where training stood when the checkpoint was taken. The data order, the learning-rate and
 // batch schedules and parameter initialisation are functions of (seed, consumed samples,
 // consumed tokens): together with these numbers they are the whole training state.
-// A range of the data order the run did not train on (train.on_anomaly): the batch of an
-// anomalous step (skip), or the batches from the checkpoint a rewind went back to.
-struct SkippedSamples {
-  int64_t step = 0;  // the anomalous step
-  int64_t first_sample = 0, end_sample = 0;  // [first, end) of the data order
-  AnomalyKind kind = AnomalyKind::nonfinite;
-  AnomalyAction action = AnomalyAction::skip;
-  double loss = 0;              // the anomalous step's loss (NaN when not finite)
-  int64_t rewound_to_step = 0;  // rewind: the checkpoint's step
-  bool operator==(const SkippedSamples&) const = default;
-};
-
 // The anomaly guard's state: the running mean of accepted losses and the anomalies so far.
 struct AnomalyProgress {
   double loss_mean = 0;

@@ -29,6 +29,19 @@ const char* to_string(AnomalyAction a);
 enum class AnomalyKind { nonfinite, spike };
 const char* to_string(AnomalyKind k);
 
+// A range of the data order the run did not train on (train.on_anomaly): the batch of an
+// anomalous step (skip), or the batches from the checkpoint a rewind went back to. The
+// checkpoint manifest records them and the metrics report them, so they live here.
+struct SkippedSamples {
+  int64_t step = 0;  // the anomalous step
+  int64_t first_sample = 0, end_sample = 0;  // [first, end) of the data order
+  AnomalyKind kind = AnomalyKind::nonfinite;
+  AnomalyAction action = AnomalyAction::skip;
+  double loss = 0;              // the anomalous step's loss (NaN when not finite)
+  int64_t rewound_to_step = 0;  // rewind: the checkpoint's step
+  bool operator==(const SkippedSamples&) const = default;
+};
+
 struct ModelConfig {
   std::string preset;        // path of the preset file the keys came from (informational)
   std::string name = "custom";

@@ -15,14 +15,13 @@ namespace jumbo {
 
 // What the anomaly guard saw at a step and what the run did (train.on_anomaly).
 struct StepAnomaly {
-  AnomalyKind kind = AnomalyKind::nonfinite;
-  AnomalyAction action = AnomalyAction::stop;     // what was done
+  // Its kind, what was done (action: stop, or the skip or rewind recorded) and the samples
+  // skipped; the samples mean nothing for a stop.
+  SkippedSamples record;
   AnomalyAction requested = AnomalyAction::stop;  // train.on_anomaly (a rewind with no
                                                   // earlier checkpoint is a skip)
   double running_mean = 0;  // the statistic (0: spikes not checked yet)
   double threshold = 0;     // spike_ratio x running_mean
-  int64_t first_sample = 0, end_sample = 0;  // samples skipped (skip, rewind)
-  int64_t rewound_to_step = 0;               // rewind: the checkpoint's step
   int64_t recent = 0;        // anomalies within train.anomaly_window steps, this one included
   int64_t limit = 0;         // train.max_anomalies
   int64_t window = 0;        // train.anomaly_window

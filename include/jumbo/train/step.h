@@ -36,8 +36,9 @@ struct StepRequest {
   int64_t batch_tokens = 0;  // tokens of the whole global batch: the loss is their mean
   double lr = 0;
   double grad_clip = 0;      // 0 disables clipping
-  // Asked once the loss and grad norm are known (the same on every rank): whether to update.
-  // Empty: update. A step whose loss or norm is not finite never updates.
+  // Asked at every step once the loss and grad norm are known (the same on every rank),
+  // non-finite ones included: whether to update. Empty: update. A step whose loss or norm is
+  // not finite never updates, whatever the answer.
   std::function<bool(const StepResult&)> apply_update = nullptr;
   // Runs on the whole gradient buffer before its norm: the test faults' NaN (fault_injection.h).
   std::function<void(Tensor grads)> before_grad_norm = nullptr;
