@@ -38,6 +38,12 @@ struct AsyncChecks {
   int next_id = 0;
 };
 
+// Nanoseconds inside BlockingOps on communication groups (comm_wait_seconds).
+std::atomic<int64_t>& comm_wait_ns() {
+  static std::atomic<int64_t> ns{0};
+  return ns;
+}
+
 AsyncChecks& async_checks() {
   static AsyncChecks c;
   return c;
@@ -103,11 +109,6 @@ void remove_async_error_check(int id) {
   AsyncChecks& c = async_checks();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.checks.erase(id);
-}
-
-static std::atomic<int64_t>& comm_wait_ns() {
-  static std::atomic<int64_t> ns{0};
-  return ns;
 }
 
 double comm_wait_seconds() { return static_cast<double>(comm_wait_ns().load()) * 1e-9; }

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "jumbo/comm/grid.h"
 #include "jumbo/obs/metrics.h"
 
 namespace jumbo {
@@ -34,11 +35,9 @@ DoctorCheck check_node() {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const double memory =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   const char* slurm = std::getenv("SLURMD_NODENAME");
   return check("node", Status::ok,
-               fmt::format("{}: {} CPUs, {} memory{}", host, cpus, human_bytes(memory, 1),
+               fmt::format("{}: {} CPUs, {} memory{}", host_name(), cpus, human_bytes(memory, 1),
                            slurm && *slurm ? fmt::format(", Slurm node {}", slurm) : ""));
 }
 
@@ -63,12 +62,11 @@ DoctorCheck check_libfabric(bool expect_efa) {
   const std::string version = fmt::format("libfabric {}.{}", FI_MAJOR(v), FI_MINOR(v));
   if (rc != 0 || !info) {
     if (info) fi_freeinfo(info);
+    const char* provider = std::getenv("FI_PROVIDER");  // it restricts fi_getinfo's search
     return check("libfabric", expect_efa ? Status::fail : Status::warn,
                  fmt::format("{}: fi_getinfo found no provider ({}){}", version, fi_strerror(-rc),
-                             std::getenv("FI_PROVIDER")
-                                 ? fmt::format(" with FI_PROVIDER={}: no {} device", std::getenv("FI_PROVIDER"),
-                                               std::getenv("FI_PROVIDER"))
-                                 : ""));
+                             provider ? fmt::format(" with FI_PROVIDER={}: no {} device", provider, provider)
+                                      : ""));
   }
   std::set<std::string> providers;
   for (fi_info* i = info; i; i = i->next)
@@ -334,9 +332,7 @@ DoctorCheck check_storage(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const std::string path = fmt::format("{}/.jumbo-doctor-{}-{}", dir, host, getpid());
+  const std::string path = fmt::format("{}/.jumbo-doctor-{}-{}", dir, host_name(), getpid());
   std::vector<char> data(4 << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
   const auto t0 = std::chrono::steady_clock::now();
