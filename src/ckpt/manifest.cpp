@@ -96,6 +96,7 @@ std::string manifest_to_json(const Manifest& m) {
   for (const DatasetWeight& d : m.data_train.datasets)
     mixture.push_back({{"prefix", d.prefix}, {"weight", d.weight}});
   j["data"] = {{"train", m.data_train.describe()}, {"mixture", mixture}, {"tokenizer", m.tokenizer}};
+  if (!m.chat_template.empty()) j["data"]["chat_template"] = m.chat_template;
   json files = json::array();
   for (const ShardFileInfo& f : m.files) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
@@ -170,6 +171,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
       m.data_train.datasets.push_back({data.at("train").get<std::string>(), 1.0});
     }
     m.tokenizer = j.at("data").value("tokenizer", "");
+    m.chat_template = j.at("data").value("chat_template", "");
     for (const json& f : j.at("files")) {
       m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(),
                          f.at("crc32").get<uint32_t>()});

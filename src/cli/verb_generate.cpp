@@ -21,6 +21,7 @@ struct Args {
   double temperature = 0, top_p = 1;
   int64_t top_k = 0;
   uint64_t seed = 0;
+  double frequency_penalty = 0, presence_penalty = 0;
   std::vector<std::string> stop;
   bool json = false;
 };
@@ -61,14 +62,15 @@ int run_generate(const Args& a) {
     GenerationRequest r;
     r.prompt = encode_prompt(tok, prompts[i]);
     r.max_new_tokens = a.max_new_tokens;
-    r.sampling = {a.temperature, a.top_k, a.top_p, a.seed, 0};
+    r.sampling = {a.temperature, a.top_k, a.top_p, a.seed, 0, a.frequency_penalty,
+                  a.presence_penalty, {}};
     const std::string problem = request_problem(r, engine.shape(), engine.sampled_vocab());
     if (!problem.empty()) {
       engine.stop_followers();
       throw UserError(fmt::format("jumbo generate: prompt {}: {}", i + 1, problem));
     }
+    texts.emplace_back(tok, a.stop, r.prompt);
     requests.push_back(std::move(r));
-    texts.emplace_back(tok, a.stop);
   }
   const std::vector<Generated> out = generate_all(
       engine, tok.eos_id(), requests,
@@ -110,6 +112,12 @@ void add_generate_verb(CLI::App& app, VerbRunner& run) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "the same seed gives the same text on any layout")
       ->capture_default_str();
+  cmd->add_option("--frequency-penalty", a->frequency_penalty,
+                  "lower a token's logit by this times its count in the completion so far "
+                  "(-2 .. 2, as OpenAI's)")->capture_default_str()->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--presence-penalty", a->presence_penalty,
+                  "lower the logit of a token already in the completion by this (-2 .. 2)")
+      ->capture_default_str()->check(CLI::Range(-2.0, 2.0));
   cmd->add_option("--stop", a->stop, "end a completion at this text (repeatable; not included)");
   cmd->add_flag("--json", a->json,
                 "one JSON line per prompt: index, prompt, text, tokens, finish_reason");

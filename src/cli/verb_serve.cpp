@@ -3,6 +3,8 @@
 // steps. SIGTERM or SIGINT: stop listening, finish the accepted requests, exit 0.
 #include <fmt/format.h>
 
+#include <fstream>
+
 #include "inference_flags.h"
 #include "jumbo/serve/server.h"
 #include "jumbo/train/stop_signal.h"
@@ -14,12 +16,37 @@ namespace {
 struct Args {
   InferenceOptions inference;
   ServeOptions serve;
+  std::string api_key_file;
+  std::string chat_template;
 };
+
+// One key a line; blank lines and lines starting with # are skipped.
+std::vector<std::string> read_api_keys(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(fmt::format("jumbo serve: --api-key-file {}: cannot open the file", path));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    keys.push_back(line);
+  }
+  if (keys.empty()) throw UserError(fmt::format("jumbo serve: --api-key-file {}: no keys in the file", path));
+  return keys;
+}
 
 int run_serve(Args a) {
   // Before the session: a signal during loading is kept, and the followers (which mpirun
   // signals too) must not die while the leader finishes its requests.
   install_stop_signal_handlers();
+  // The user's files first, before minutes of loading: a typo fails at once.
+  if (!a.api_key_file.empty()) {
+    for (std::string& k : read_api_keys(a.api_key_file)) a.serve.api_keys.push_back(std::move(k));
+  }
+  for (const std::string& k : a.serve.api_keys) {
+    if (k.empty()) throw UserError("jumbo serve: --api-key: an empty key");
+  }
+  if (!a.chat_template.empty()) a.serve.chat_template = load_chat_template(a.chat_template);
   InferenceSession s = open_inference_session(a.inference, "serve");
   GenerationEngine& engine = *s.engine;
   if (!engine.leader()) {
@@ -27,6 +54,15 @@ int run_serve(Args a) {
     return 0;
   }
   if (a.serve.model_name.empty()) a.serve.model_name = s.model_name;
+  const std::string& stored = s.checkpoint.manifest.chat_template;
+  if (!a.serve.chat_template && !stored.empty()) {
+    try {
+      a.serve.chat_template = parse_chat_template(stored, s.checkpoint.dir + " (data.chat_template)");
+    } catch (const UserError&) {
+      engine.stop_followers();
+      throw;
+    }
+  }
   a.serve.stop_requested = [] { return stop_signal_received() != 0; };
   return serve_completions(engine, *s.tokenizer, a.serve);
 }
@@ -46,6 +82,16 @@ void add_serve_verb(CLI::App& app, VerbRunner& run) {
                   "requests waiting to start; more are refused with 429")->capture_default_str();
   cmd->add_option("--model-name", a->serve.model_name,
                   "the name clients pass as \"model\" (default: MODEL@step_NNNNNNNN)");
+  cmd->add_option("--api-key", a->serve.api_keys,
+                  "require \"Authorization: Bearer KEY\" on every route but /health (repeatable)");
+  cmd->add_option("--api-key-file", a->api_key_file, "API keys, one a line (# comments)");
+  cmd->add_option("--chat-template", a->chat_template,
+                  "a chat template TOML for /v1/chat/completions (default: the checkpoint's "
+                  "data.chat_template)");
+  cmd->add_option("--tls-cert", a->serve.tls_cert, "PEM certificate: serve HTTPS (with --tls-key)");
+  cmd->add_option("--tls-key", a->serve.tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--cors-origin", a->serve.cors_origins,
+                  "allow browsers from this origin (repeatable; * = any); default: no CORS");
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });
 }
 

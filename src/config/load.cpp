@@ -124,7 +124,8 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, rewind_skip_batches),
         // The device is part of the layout; users have always set it with the run's training.
         JUMBO_KEY("device", parallel.device), JUMBO_FIELD(train, gpu)}},
-      {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer)}},
+      {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer),
+                JUMBO_FIELD(data, chat_template)}},
       {"checkpoint",
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
         JUMBO_FIELD(checkpoint, resume), JUMBO_FIELD(checkpoint, async),
@@ -247,7 +248,7 @@ int64_t integer_value(const Origin& at, const Section& s, const Field& f, const 
 // The keys whose values are paths of files or directories.
 bool is_path(const Section& s, const Field& f) {
   const std::string key = fmt::format("{}.{}", s.name, f.key);
-  for (const char* p : {"model.preset", "data.train", "data.valid", "data.tokenizer",
+  for (const char* p : {"model.preset", "data.train", "data.valid", "data.tokenizer", "data.chat_template",
                         "checkpoint.dir", "log.metrics_file", "log.emf_file"}) {
     if (key == p) return true;
   }

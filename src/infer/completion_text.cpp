@@ -5,9 +5,19 @@
 namespace jumbo {
 namespace {
 
-// Bytes at the end of s that may still change: SentencePiece decodes the first bytes of a
-// character whose byte pieces have not all arrived as U+FFFD (EF BF BD), and a raw partial
-// character may end the text.
+// Prompt tokens kept as the completion's left context: enough for a space mark and for the
+// byte pieces of a character cut at the prompt's end (at most 4).
+constexpr size_t kContextTokens = 8;
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
 size_t unfinished_tail(const std::string& s) {
   static const std::string replacement = "\xEF\xBF\xBD";
   size_t held = 0;
@@ -25,8 +35,6 @@ size_t unfinished_tail(const std::string& s) {
   return 0;
 }
 
-}  // namespace
-
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
   std::vector<int32_t> ids{tokenizer.eos_id()};
   const std::vector<int32_t> body = tokenizer.encode(text);
@@ -34,15 +42,43 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
   return ids;
 }
 
-CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops)
+std::vector<std::string> token_texts(const Tokenizer& tokenizer,
+                                     const std::vector<int32_t>& tokens) {
+  std::vector<std::string> out;
+  std::vector<int32_t> prefix;
+  std::string text;
+  size_t settled = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    prefix.push_back(tokens[i]);
+    text = tokenizer.decode(prefix);
+    const size_t end = i + 1 == tokens.size() ? text.size() : text.size() - unfinished_tail(text);
+    out.push_back(end > settled ? text.substr(settled, end - settled) : std::string());
+    settled = std::max(settled, end);
+  }
+  return out;
+}
+
+CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::string> stops,
+                               const std::vector<int32_t>& prompt)
     : tokenizer_(tokenizer), stops_(std::move(stops)) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+  const size_t keep = std::min(prompt.size(), kContextTokens);
+  context_.assign(prompt.end() - static_cast<std::ptrdiff_t>(keep), prompt.end());
+  context_tokens_ = keep;
+  context_text_ = tokenizer_.decode(context_);
 }
 
 bool CompletionText::add(int32_t token) {
   if (stopped_) return true;
   tokens_.push_back(token);
-  text_ = tokenizer_.decode(tokens_);
+  context_.push_back(token);
+  const std::string whole = tokenizer_.decode(context_);
+  // The context's own text is a prefix of the whole unless its last character was cut in
+  // bytes that the completion finishes: then the completion starts where they agree.
+  text_ = whole.substr(std::min(common_prefix(whole, context_text_), context_text_.size()));
+  // A later token's settled bytes never lie before an earlier one's.
+  settled_.push_back(std::max(settled_.empty() ? 0 : settled_.back(),
+                              text_.size() - unfinished_tail(text_)));
   size_t cut = std::string::npos;
   for (const std::string& s : stops_) cut = std::min(cut, text_.find(s));
   if (cut != std::string::npos) {
@@ -50,6 +86,11 @@ bool CompletionText::add(int32_t token) {
     stopped_ = true;
   }
   return stopped_;
+}
+
+size_t CompletionText::token_end(size_t i, bool finished) const {
+  if ((finished || stopped_) && i + 1 == tokens_.size()) return text_.size();
+  return std::min(settled_[i], text_.size());
 }
 
 std::string CompletionText::take_delta(bool finished) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "jumbo/parallel/stage_plan.h"
@@ -12,9 +13,9 @@ namespace {
 // The step as bytes (plain records; every rank runs the same binary).
 struct WireSampled {
   int32_t row;
-  int32_t pad;
-  double temperature, top_p;
-  int64_t top_k, logprobs, index;
+  int32_t target;
+  double temperature, top_p, frequency_penalty, presence_penalty;
+  int64_t top_k, logprobs, index, logit_bias;
   uint64_t seed, stream;
 };
 
@@ -38,8 +39,14 @@ std::vector<char> encode_step(const EngineStep& s, bool stop) {
   put<int64_t>(out, static_cast<int64_t>(s.sampled.size()));
   for (const DecodeRow& r : s.rows) put(out, r);
   for (const SampledRow& r : s.sampled) {
-    put(out, WireSampled{r.row, 0, r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
-                         r.sampling.logprobs, r.index, r.sampling.seed, r.stream});
+    const SamplingParams& p = r.sampling;
+    put(out, WireSampled{r.row, r.target, p.temperature, p.top_p, p.frequency_penalty,
+                         p.presence_penalty, p.top_k, p.logprobs, r.index,
+                         static_cast<int64_t>(p.logit_bias.size()), p.seed, r.stream});
+    for (const auto& [id, bias] : p.logit_bias) {
+      put(out, id);
+      put(out, bias);
+    }
   }
   return out;
 }
@@ -55,7 +62,14 @@ bool decode_step(const std::vector<char>& in, EngineStep& s) {
   for (SampledRow& r : s.sampled) {
     const WireSampled w = get<WireSampled>(in, at);
     r.row = w.row;
-    r.sampling = {w.temperature, w.top_k, w.top_p, w.seed, w.logprobs};
+    r.target = w.target;
+    r.sampling = {w.temperature, w.top_k, w.top_p, w.seed, w.logprobs, w.frequency_penalty,
+                  w.presence_penalty, {}};
+    r.sampling.logit_bias.resize(static_cast<size_t>(w.logit_bias));
+    for (auto& [id, bias] : r.sampling.logit_bias) {
+      id = get<int32_t>(in, at);
+      bias = get<float>(in, at);
+    }
     r.stream = w.stream;
     r.index = w.index;
   }
@@ -127,6 +141,12 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
     gathered_ = gather_arena_.alloc(DType::f32, {grid_.tp_size() * s * vl});
     host_logits_.resize(static_cast<size_t>(gathered_.numel()));
     row_logits_.resize(static_cast<size_t>(opts_.sampled_vocab));
+    if (grid_.tp_rank() == 0) {
+      generated_.resize(static_cast<size_t>(opts.shape.cache_slots));
+      for (auto& g : generated_) g.reserve(static_cast<size_t>(opts.shape.cache_positions));
+      adjusted_logits_.resize(static_cast<size_t>(opts_.sampled_vocab));
+      token_counts_.assign(static_cast<size_t>(opts_.sampled_vocab), 0);
+    }
   }
 }
 
@@ -193,7 +213,21 @@ std::vector<TokenPick> GenerationEngine::run(const EngineStep& step) {
               host_logits_[static_cast<size_t>((r * s + k) * vl + c)];
         }
         const SampledRow& sr = step.sampled[static_cast<size_t>(k)];
-        picks.push_back(pick_token(row_logits_, sr.sampling, sr.stream, sr.index));
+        if (sr.target >= 0) {
+          picks.push_back(score_token(row_logits_, sr.target, sr.sampling.logprobs));
+          continue;
+        }
+        std::vector<int32_t>& generated =
+            generated_[static_cast<size_t>(step.rows[static_cast<size_t>(sr.row)].slot)];
+        if (sr.index == 0) generated.clear();  // the slot holds a new completion
+        std::span<const float> adjusted;
+        if (sr.sampling.adjusts_logits()) {
+          std::copy(row_logits_.begin(), row_logits_.end(), adjusted_logits_.begin());
+          apply_logit_adjustments(adjusted_logits_, sr.sampling, generated, token_counts_);
+          adjusted = adjusted_logits_;
+        }
+        picks.push_back(pick_token(row_logits_, sr.sampling, sr.stream, sr.index, adjusted));
+        generated.push_back(picks.back().token);
       }
       bytes = encode_picks(picks);
     }

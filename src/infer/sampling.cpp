@@ -19,10 +19,11 @@ double uniform_of(uint64_t seed, uint64_t stream, int64_t index) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
-TokenPick pick_token(std::span<const float> logits, const SamplingParams& params,
-                     uint64_t stream, int64_t index) {
+namespace {
+
+// log of the softmax's normaliser, in double, and the argmax (ties: the lower id).
+std::pair<double, int32_t> log_z_and_argmax(std::span<const float> logits) {
   const int64_t v = static_cast<int64_t>(logits.size());
-  // The model's distribution (for logprobs), in double.
   double mx = -INFINITY;
   int32_t best = 0;
   for (int64_t i = 0; i < v; ++i) {
@@ -33,8 +34,68 @@ TokenPick pick_token(std::span<const float> logits, const SamplingParams& params
   }
   double sum = 0;
   for (int64_t i = 0; i < v; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
-  const double log_z = mx + std::log(sum);
-  auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_z); };
+  return {mx + std::log(sum), best};
+}
+
+void add_top(TokenPick& pick, std::span<const float> logits, double log_z, int64_t count) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  const int64_t k = std::min<int64_t>(count, v);
+  if (k <= 0) return;
+  std::vector<int32_t> ids(static_cast<size_t>(v));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  for (int64_t j = 0; j < k; ++j) {
+    pick.top.emplace_back(ids[j], static_cast<float>(logits[ids[j]] - log_z));
+  }
+}
+
+}  // namespace
+
+void apply_logit_adjustments(std::span<float> logits, const SamplingParams& params,
+                             std::span<const int32_t> generated, std::span<int32_t> counts) {
+  if (params.frequency_penalty != 0 || params.presence_penalty != 0) {
+    for (int32_t t : generated) ++counts[t];
+    for (int32_t t : generated) {
+      if (counts[t] == 0) continue;  // already applied
+      logits[t] -= static_cast<float>(counts[t] * params.frequency_penalty +
+                                      params.presence_penalty);
+      counts[t] = 0;
+    }
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[id] += bias;
+  }
+}
+
+TokenPick score_token(std::span<const float> logits, int32_t target, int64_t alternatives) {
+  const auto [log_z, best] = log_z_and_argmax(logits);
+  (void)best;
+  TokenPick pick;
+  pick.token = target;
+  pick.logprob = static_cast<float>(logits[target] - log_z);
+  add_top(pick, logits, log_z, alternatives);
+  return pick;
+}
+
+TokenPick pick_token(std::span<const float> model_logits, const SamplingParams& params,
+                     uint64_t stream, int64_t index, std::span<const float> adjusted) {
+  const auto [log_z, model_best] = log_z_and_argmax(model_logits);
+  // What the token is picked from: the adjusted row when there is one.
+  const std::span<const float> logits = adjusted.empty() ? model_logits : adjusted;
+  const int64_t v = static_cast<int64_t>(logits.size());
+  int32_t best = model_best;
+  double mx = model_logits[model_best];
+  if (!adjusted.empty()) {
+    mx = -INFINITY;
+    for (int64_t i = 0; i < v; ++i) {
+      if (logits[i] > mx) {
+        mx = logits[i];
+        best = static_cast<int32_t>(i);
+      }
+    }
+  }
 
   TokenPick pick;
   if (params.temperature <= 0) {
@@ -85,16 +146,8 @@ TokenPick pick_token(std::span<const float> logits, const SamplingParams& params
       }
     }
   }
-  pick.logprob = logprob(pick.token);
-  if (params.logprobs > 0) {
-    const int64_t k = std::min<int64_t>(params.logprobs, v);
-    std::vector<int32_t> ids(static_cast<size_t>(v));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
-    for (int64_t j = 0; j < k; ++j) pick.top.emplace_back(ids[j], logprob(ids[j]));
-  }
+  pick.logprob = static_cast<float>(model_logits[pick.token] - log_z);
+  add_top(pick, model_logits, log_z, params.logprobs);
   return pick;
 }
 

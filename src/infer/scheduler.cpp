@@ -33,6 +33,9 @@ std::string request_problem(const GenerationRequest& r, const DecodeShape& shape
   if (r.sampling.logprobs < 0 || r.sampling.logprobs > 20) {
     return fmt::format("logprobs: {} is not in [0, 20]", r.sampling.logprobs);
   }
+  if (r.score_prompt_from > 0 && shape.max_sampled <= shape.cache_slots) {
+    return "echo: scoring the prompt needs sampled rows beyond one per KV-cache slot";
+  }
   return "";
 }
 
@@ -53,6 +56,12 @@ int64_t Scheduler::submit(GenerationRequest request, TokenSink sink) {
   s.sink = std::move(sink);
   waiting_.push_back(std::move(s));
   return waiting_.back().id;
+}
+
+int64_t Scheduler::cached_positions() const {
+  int64_t total = 0;
+  for (const Sequence& s : running_) total += s.cached;
+  return total;
 }
 
 void Scheduler::cancel(int64_t id) {
@@ -86,19 +95,46 @@ void Scheduler::step() {
   step_.rows.clear();
   step_.sampled.clear();
   sampled_of_.clear();
+  scored_at_.clear();
   // Decode rows first (one per sequence whose prompt is cached), then prompt chunks in
   // arrival order with the rows left: a long prompt never stalls the running sequences.
+  // Scored prompt rows share the sampled rows left over after one per running sequence.
+  int64_t score_room = shape.max_sampled - static_cast<int64_t>(running_.size());
   auto feed = [&](size_t i, int64_t count) {
     Sequence& s = running_[i];
+    const int64_t from = s.request.score_prompt_from;
+    const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
+    if (from > 0) {
+      // Row p scores token p + 1 when from <= p + 1 < prompt: keep within score_room.
+      int64_t scored = 0, allowed = 0;
+      for (; allowed < count; ++allowed) {
+        const int64_t target = s.cached + allowed + 1;
+        const bool scores = target >= from && target < prompt;
+        if (scores && scored == score_room) break;
+        scored += scores;
+      }
+      count = allowed;
+      score_room -= scored;
+    }
     for (int64_t k = 0; k < count; ++k) {
       const int64_t pos = s.cached + k;
       step_.rows.push_back({s.tokens[static_cast<size_t>(pos)], s.slot, static_cast<int32_t>(pos)});
+      const int64_t target = pos + 1;
+      if (from > 0 && target >= from && target < prompt) {
+        SampledRow scored{static_cast<int32_t>(step_.rows.size() - 1), s.request.sampling, s.key,
+                          target, s.tokens[static_cast<size_t>(target)]};
+        scored.sampling.logit_bias.clear();
+        step_.sampled.push_back(std::move(scored));
+        sampled_of_.push_back(i);
+        scored_at_.push_back(target);
+      }
     }
     s.cached += count;
-    if (s.cached == static_cast<int64_t>(s.tokens.size())) {
+    if (count > 0 && s.cached == static_cast<int64_t>(s.tokens.size())) {
       step_.sampled.push_back({static_cast<int32_t>(step_.rows.size() - 1), s.request.sampling,
                                s.key, s.generated});
       sampled_of_.push_back(i);
+      scored_at_.push_back(-1);
     }
   };
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -115,8 +151,15 @@ void Scheduler::step() {
   std::vector<size_t> done;
   for (size_t k = 0; k < picks.size(); ++k) {
     Sequence& s = running_[sampled_of_[k]];
+    if (s.cancelled) continue;  // its sink said stop at a prompt score of this step
     TokenEvent e;
     e.pick = picks[k];
+    if (scored_at_[k] >= 0) {
+      e.prompt = true;
+      e.index = scored_at_[k];
+      if (!s.sink(e)) s.cancelled = true;  // ends at the next step
+      continue;
+    }
     e.index = s.generated++;
     e.eos = s.request.stop_at_eos && e.pick.token == eos_id_;
     if (e.eos) {

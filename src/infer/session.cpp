@@ -63,8 +63,10 @@ InferenceSession open_inference_session(const InferenceOptions& o, const std::st
   e.pp = o.pp;
   e.precision = s.precision;
   e.shape.cache_slots = o.max_batch;
-  e.shape.max_sampled = o.max_batch;
-  e.shape.max_rows = std::max(o.prefill_chunk, o.max_batch);
+  // Beyond one sampled row per sequence, room for the prompt rows that echo with logprobs
+  // scores (Scheduler): 32 a step.
+  e.shape.max_sampled = o.max_batch + 32;
+  e.shape.max_rows = std::max(o.prefill_chunk, e.shape.max_sampled);
   e.shape.cache_positions = m.model.context;
   e.sampled_vocab = static_cast<int64_t>(pieces);
   s.engine = std::make_unique<GenerationEngine>(m.model, e, *s.backend, s.world);

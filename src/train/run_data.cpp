@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "jumbo/data/chat_template.h"
 #include "jumbo/data/tokenizer.h"
 
 namespace jumbo {
@@ -23,6 +24,9 @@ void check_same_tokenizer(const IndexedDataset& first, const IndexedDataset& oth
 
 RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
     : train_mixture_(cfg.data.train), tokenizer_(cfg.data.tokenizer), seq_(cfg.model.context) {
+  if (!cfg.data.chat_template.empty()) {
+    chat_template_text_ = load_chat_template(cfg.data.chat_template).text;
+  }
   const Tokenizer tokenizer(cfg.data.tokenizer);
   if (tokenizer.vocab_size() > cfg.model.vocab) {
     throw UserError(fmt::format("{}: model.vocab = {} is smaller than the vocabulary of "

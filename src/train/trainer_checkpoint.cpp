@@ -60,6 +60,7 @@ void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   header.precision = cfg_.train.precision;
   header.data_train = cfg_.data.train;
   header.tokenizer = cfg_.data.tokenizer;
+  header.chat_template = data_->chat_template_text();
   p.anomalies = anomalies_.progress();
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},

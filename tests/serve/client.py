@@ -201,14 +201,22 @@ def check_disconnect(cases):
 def check_errors(cases):
     base = {"model": MODEL, "prompt": "The jury"}
     bad = [  # (name, body or raw text, expected param)
-        ("unknown field", dict(base, frequency_penalty=0.5), "frequency_penalty"),
+        ("unknown field", dict(base, tools=[]), "tools"),
+        ("frequency_penalty 3", dict(base, frequency_penalty=3), "frequency_penalty"),
+        ("logit_bias not a token id", dict(base, logit_bias={"x": 1}), "logit_bias"),
+        ("logit_bias over 100", dict(base, logit_bias={"3": 101}), "logit_bias"),
+        ("best_of below n", dict(base, n=3, best_of=2), "best_of"),
+        ("best_of streamed", dict(base, best_of=2, stream=True), "best_of"),
+        ("suffix", dict(base, suffix="x"), "suffix"),
+        ("stream_options without stream", dict(base, stream_options={"include_usage": True}),
+         "stream_options"),
+        ("65 prompts", dict(base, prompt=["a"] * 65), "prompt"),
         ("prompt longer than the context", dict(base, prompt="word " * 2000), "prompt"),
         ("max_tokens 0", dict(base, max_tokens=0), "max_tokens"),
         ("max_tokens too large", dict(base, max_tokens=100000), "max_tokens"),
         ("max_tokens a float", dict(base, max_tokens=4.5), "max_tokens"),
         ("invalid JSON", '{"model": "x", "prompt": ', None),
         ("not an object", "[1, 2]", None),
-        ("wrong model", dict(base, model="gpt-3.5-turbo-instruct"), "model"),
         ("no model", {"prompt": "x"}, "model"),
         ("no prompt", {"model": MODEL}, "prompt"),
         ("n 0", dict(base, n=0), "n"),
@@ -218,7 +226,7 @@ def check_errors(cases):
         ("top_k -1", dict(base, top_k=-1), "top_k"),
         ("five stops", dict(base, stop=["a", "b", "c", "d", "e"]), "stop"),
         ("logprobs 6", dict(base, logprobs=6), "logprobs"),
-        ("echo", dict(base, echo=True), "echo"),
+        ("echo a string", dict(base, echo="yes"), "echo"),
         ("stream a string", dict(base, stream="yes"), "stream"),
         ("empty prompt list", dict(base, prompt=[]), "prompt"),
         ("mixed prompt list", dict(base, prompt=["a", 3]), "prompt"),
@@ -238,6 +246,12 @@ def check_errors(cases):
             fail(f"{name}: the message does not start with {param}: {err}")
         else:
             print(f"{name}: 400 {err['message']}")
+    status, r = request("POST", "/v1/completions", dict(base, model="gpt-3.5-turbo-instruct"))
+    err = r.get("error", {})
+    if status != 404 or err.get("code") != "model_not_found" or err.get("param") != "model":
+        fail(f"wrong model: expected 404 model_not_found naming model, got {status} {r}")
+    else:
+        print(f"wrong model: 404 {err['message']}")
     health()
     run_case(cases[0], "after the errors")  # still serving, and right
 

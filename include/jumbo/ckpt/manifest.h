@@ -56,6 +56,7 @@ struct Manifest {
   // sample index and says so) and the tokenizer.
   DataMixture data_train;
   std::string tokenizer;
+  std::string chat_template;  // data.chat_template's TOML, or ""
   std::vector<ShardFileInfo> files;
   std::map<std::string, std::vector<StoredPiece>> tensors;  // by tensor name
 };

@@ -136,6 +136,9 @@ struct DataConfig {
   DataMixture train;       // the blend each training sample is drawn from
   DataMixture valid;       // held-out sets, one val_loss.NAME each; may be empty
   std::string tokenizer;   // SentencePiece .model; checked against every dataset's header
+  // A chat template (data/chat_template.h) the data was formatted with: stored in every
+  // checkpoint, so `jumbo serve` answers chat completions as the model learned. "" = none.
+  std::string chat_template;
 };
 
 struct CheckpointConfig {

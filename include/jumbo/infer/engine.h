@@ -30,11 +30,14 @@ struct EngineOptions {
 };
 
 // One sampled row of a step: which row, and how to pick its token.
+// A row whose `target` is set is scored, not sampled: its pick is that token with the model's
+// log-probability (a prompt token, for OpenAI's echo with logprobs).
 struct SampledRow {
   int32_t row = 0;
   SamplingParams sampling;
   uint64_t stream = 0;  // which completion (sampling.h)
-  int64_t index = 0;    // the token's index in its completion
+  int64_t index = 0;    // the token's index in its completion (0 starts the slot's history)
+  int32_t target = -1;  // >= 0: score this token instead of picking one
 };
 
 struct EngineStep {
@@ -83,6 +86,10 @@ class GenerationEngine {
   std::vector<float> row_logits_;    // one row, the real vocabulary, in id order
   std::vector<int32_t> sampled_rows_;
   Arena gather_arena_;
+  // On the rank that picks: each slot's completion so far (penalties), and scratch for them.
+  std::vector<std::vector<int32_t>> generated_;
+  std::vector<float> adjusted_logits_;
+  std::vector<int32_t> token_counts_;
 };
 
 }  // namespace jumbo

@@ -25,13 +25,17 @@ struct GenerationRequest {
   // sampling_stream(prompt, stream) (sampling.h).
   uint64_t stream = 0;
   bool stop_at_eos = true;
+  // > 0: also score the prompt's tokens from this position on (OpenAI's echo with logprobs);
+  // each score reaches the sink as an event with `prompt` set, in order, before any token.
+  int64_t score_prompt_from = 0;
 };
 
 // What a sink sees after each generated token. `finished` with reason length or stop (EOS,
 // which is not part of the text: `eos` is set) when the scheduler ends the sequence.
 struct TokenEvent {
   TokenPick pick;
-  int64_t index = 0;  // 0-based within the completion
+  int64_t index = 0;  // 0-based within the completion (a prompt score: within the prompt)
+  bool prompt = false;  // a score of prompt token `index`, not a generated token
   bool eos = false;
   FinishReason finished = FinishReason::none;
 };
@@ -54,6 +58,8 @@ class Scheduler {
   bool idle() const { return running_.empty() && waiting_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // KV-cache positions the running sequences hold.
+  int64_t cached_positions() const;
 
  private:
   struct Sequence {
@@ -77,7 +83,8 @@ class Scheduler {
   std::vector<Sequence> running_;
   std::vector<int32_t> free_slots_;
   EngineStep step_;
-  std::vector<size_t> sampled_of_;  // running index of each sampled row
+  std::vector<size_t> sampled_of_;    // running index of each sampled row
+  std::vector<int64_t> scored_at_;    // its prompt position when scored, else -1
 };
 
 // Runs every request to the end on this engine (the leader; followers are in follow()) and

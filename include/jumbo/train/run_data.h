@@ -36,9 +36,13 @@ class RunData {
   // "data: PREFIX (N tokens, M samples of S), tokenizer T", one part per blended dataset.
   std::string describe() const;
 
+  // data.chat_template's TOML (checked when the run starts), or "".
+  const std::string& chat_template_text() const { return chat_template_text_; }
+
  private:
   DataMixture train_mixture_;
   std::string tokenizer_;
+  std::string chat_template_text_;
   int64_t seq_;
   std::vector<std::unique_ptr<IndexedDataset>> train_data_;
   std::unique_ptr<BlendedSampler> train_sampler_;

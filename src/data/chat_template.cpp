@@ -1,0 +1,95 @@
+#include "jumbo/data/chat_template.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+namespace {
+
+constexpr std::string_view kContent = "{content}";
+
+std::string role_format(const toml::table& t, const char* key, const std::string& where) {
+  const toml::node* node = t.get(key);
+  if (!node) throw UserError(fmt::format("{}: {}: missing (a string with {{content}})", where, key));
+  const auto* s = node->as_string();
+  if (!s) throw UserError(fmt::format("{}: {}: expected a string", where, key));
+  const std::string& f = s->get();
+  const size_t at = f.find(kContent);
+  if (at == std::string::npos || f.find(kContent, at + 1) != std::string::npos) {
+    throw UserError(fmt::format("{}: {}: {:?} must hold {{content}} exactly once", where, key, f));
+  }
+  return f;
+}
+
+std::string fill(const std::string& format, const std::string& content) {
+  const size_t at = format.find(kContent);
+  return format.substr(0, at) + content + format.substr(at + kContent.size());
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    switch (m.role) {
+      case ChatRole::system: out += fill(system.value_or(user), m.content); break;
+      case ChatRole::user: out += fill(user, m.content); break;
+      case ChatRole::assistant: out += fill(assistant, m.content); break;
+    }
+  }
+  if (add_generation_prompt) out += generation_prompt;
+  return out;
+}
+
+ChatTemplate parse_chat_template(const std::string& toml_text, const std::string& where) {
+  toml::table t;
+  try {
+    t = toml::parse(toml_text, where);
+  } catch (const toml::parse_error& e) {
+    throw UserError(fmt::format("{}:{}: {}", where, e.source().begin.line, e.description()));
+  }
+  for (const auto& [key, value] : t) {
+    const std::string_view k = key.str();
+    if (k != "system" && k != "user" && k != "assistant" && k != "generation_prompt" && k != "stop") {
+      throw UserError(fmt::format("{}: {}: unknown key (expected system, user, assistant, "
+                                  "generation_prompt, stop)", where, k));
+    }
+  }
+  ChatTemplate c;
+  c.source = where;
+  c.text = toml_text;
+  if (t.contains("system")) c.system = role_format(t, "system", where);
+  c.user = role_format(t, "user", where);
+  c.assistant = role_format(t, "assistant", where);
+  if (const toml::node* g = t.get("generation_prompt")) {
+    if (!g->as_string()) throw UserError(fmt::format("{}: generation_prompt: expected a string", where));
+    c.generation_prompt = g->as_string()->get();
+  }
+  if (const toml::node* s = t.get("stop")) {
+    const auto* list = s->as_array();
+    if (!list) throw UserError(fmt::format("{}: stop: expected a list of strings", where));
+    for (const toml::node& e : *list) {
+      if (!e.as_string() || e.as_string()->get().empty()) {
+        throw UserError(fmt::format("{}: stop: expected a list of non-empty strings", where));
+      }
+      c.stop.push_back(e.as_string()->get());
+    }
+  }
+  return c;
+}
+
+ChatTemplate load_chat_template(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(fmt::format("chat template {}: cannot open the file", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_chat_template(text.str(), path);
+}
+
+}  // namespace jumbo
