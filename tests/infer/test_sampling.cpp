@@ -77,6 +77,45 @@ TEST(PickToken, TheSameKeyGivesTheSamePickAndTheTopList) {
   EXPECT_NE(uniform_of(1, 2, 3), uniform_of(1, 2, 4));
 }
 
+TEST(LogitAdjustments, PenalisePerCountAndPresenceAndAddTheBias) {
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<int32_t> counts(4, 0);
+  SamplingParams p;
+  p.frequency_penalty = 0.5;
+  p.presence_penalty = 0.25;
+  p.logit_bias = {{0, 10.0f}};
+  const std::vector<int32_t> generated = {3, 3, 1, 3};
+  apply_logit_adjustments(logits, p, generated, counts);
+  EXPECT_FLOAT_EQ(logits[0], 11.0f);              // biased, never generated
+  EXPECT_FLOAT_EQ(logits[1], 2.0f - 0.5f - 0.25f);  // once
+  EXPECT_FLOAT_EQ(logits[2], 3.0f);
+  EXPECT_FLOAT_EQ(logits[3], 4.0f - 1.5f - 0.25f);  // three times
+  EXPECT_EQ(counts, std::vector<int32_t>(4, 0)) << "the scratch must be left all zero";
+}
+
+TEST(LogitAdjustments, PickFromTheAdjustedRowReportTheModelsLogprob) {
+  std::vector<float> adjusted = kLogits;
+  adjusted[1] -= 5;  // the argmax, penalised away
+  const TokenPick p = pick_token(kLogits, {.temperature = 0, .logprobs = 1}, 0, 0, adjusted);
+  EXPECT_EQ(p.token, 5);  // 2.9, next best
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  EXPECT_NEAR(p.logprob, 2.9 - std::log(z), 1e-6);
+  ASSERT_EQ(p.top.size(), 1u);
+  EXPECT_EQ(p.top[0].first, 1);  // the model's most likely, not the adjusted
+}
+
+TEST(ScoreToken, IsTheTargetsLogprobWithAlternatives) {
+  const TokenPick p = score_token(kLogits, 3, 2);
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  EXPECT_EQ(p.token, 3);
+  EXPECT_NEAR(p.logprob, -1.0 - std::log(z), 1e-6);
+  ASSERT_EQ(p.top.size(), 2u);
+  EXPECT_EQ(p.top[0].first, 1);
+  EXPECT_EQ(p.top[1].first, 5);
+}
+
 TEST(EvalWindows, EveryTargetIsScoredOnce) {
   for (int64_t tokens : {33, 34, 40, 64, 65, 100, 257}) {
     for (int64_t stride : {1, 5, 16, 31, 32}) {

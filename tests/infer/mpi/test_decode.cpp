@@ -4,6 +4,8 @@
 // sequence, on one rank (np1) and tp 2 x pp 2 (np4).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -177,6 +179,121 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
       for (const auto& [id, lp] : p.top) worst = std::max(worst, std::abs(lp - row[static_cast<size_t>(id)]));
     }
     EXPECT_LT(worst, 1e-5) << "prompt " << i << ": largest log-probability difference";
+  }
+}
+
+// The final tokens of a leader's run, on every rank (rank 0 knows them).
+std::vector<int32_t> shared_tokens(Comm& world, const std::vector<int32_t>& mine) {
+  std::vector<char> bytes(reinterpret_cast<const char*>(mine.data()),
+                          reinterpret_cast<const char*>(mine.data() + mine.size()));
+  world.broadcast_bytes(bytes, 0);
+  std::vector<int32_t> out(bytes.size() / sizeof(int32_t));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+TEST(CachedDecode, ScoredPromptTokensAreTheFullForwardsLogprobs) {
+  // Echo with logprobs: prompt rows scored in chunks (4 rows a step, 2 sampled rows beyond
+  // the 2 slots), next to a sequence that is decoding.
+  std::shared_ptr<Comm> world = mpi_world();
+  const auto [tp, pp] = layout_for(world->size());
+  const ModelConfig m = tiny();
+  auto backend = make_cpu_backend();
+  auto made = make_engine(*backend, {.max_rows = 4, .max_sampled = 4, .cache_slots = 2});
+  GenerationEngine& engine = *made;
+  const std::vector<int32_t> prompt = {11, 200, 3, 57, 400, 9, 81, 4, 33, 150, 2};
+  std::vector<TokenEvent> scores;
+  std::vector<int32_t> generated;
+  if (engine.leader()) {
+    Scheduler scheduler(engine, /*eos_id=*/-1);
+    GenerationRequest other;
+    other.prompt = {5, 6, 7};
+    other.max_new_tokens = 12;
+    other.stop_at_eos = false;
+    scheduler.submit(other, [](const TokenEvent&) { return true; });
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = 3;
+    r.sampling.logprobs = 2;
+    r.score_prompt_from = 2;  // the first shown token (1) has none
+    r.stop_at_eos = false;
+    ASSERT_EQ(request_problem(r, engine.shape(), m.vocab), "");
+    scheduler.submit(r, [&](const TokenEvent& e) {
+      if (e.prompt) {
+        EXPECT_TRUE(generated.empty()) << "a prompt score after a generated token";
+        scores.push_back(e);
+      } else {
+        generated.push_back(e.pick.token);
+      }
+      return true;
+    });
+    while (!scheduler.idle()) scheduler.step();
+    engine.stop_followers();
+  } else {
+    engine.follow();
+  }
+  std::vector<int32_t> seq = prompt;
+  const std::vector<int32_t> tail = shared_tokens(*world, generated);
+  seq.insert(seq.end(), tail.begin(), tail.end());
+  const auto full = full_forward_logprobs(m, tp, pp, seq);
+  if (!engine.leader()) return;
+  ASSERT_EQ(scores.size(), prompt.size() - 2);
+  for (size_t k = 0; k < scores.size(); ++k) {
+    const int64_t at = scores[k].index;
+    ASSERT_EQ(at, static_cast<int64_t>(k) + 2);
+    const std::vector<double>& row = full[static_cast<size_t>(at - 1)];
+    EXPECT_EQ(scores[k].pick.token, prompt[static_cast<size_t>(at)]);
+    EXPECT_NEAR(scores[k].pick.logprob, row[static_cast<size_t>(prompt[static_cast<size_t>(at)])], 1e-5);
+    ASSERT_EQ(scores[k].pick.top.size(), 2u);
+    EXPECT_EQ(scores[k].pick.top[0].first, std::max_element(row.begin(), row.end()) - row.begin());
+  }
+}
+
+TEST(CachedDecode, PenaltiesAndLogitBiasPickFromTheAdjustedRow) {
+  // Greedy with OpenAI's penalties and a bias, on this layout: each pick is the argmax of the
+  // full forward's row less count x frequency + presence for the tokens generated so far,
+  // plus the bias; the same rule on every layout gives the same text.
+  std::shared_ptr<Comm> world = mpi_world();
+  const auto [tp, pp] = layout_for(world->size());
+  const ModelConfig m = tiny();
+  auto backend = make_cpu_backend();
+  auto made = make_engine(*backend, {.max_rows = 8, .max_sampled = 2, .cache_slots = 2});
+  GenerationEngine& engine = *made;
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  SamplingParams sampling;
+  sampling.frequency_penalty = 0.4;
+  sampling.presence_penalty = 0.3;
+  sampling.logit_bias = {{7, 2.5f}, {8, -100.0f}};
+  std::vector<int32_t> generated;
+  if (engine.leader()) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = 16;
+    r.sampling = sampling;
+    r.stop_at_eos = false;
+    GenerationRequest plain = r;
+    plain.sampling = {};
+    const std::vector<Generated> out = generate_all(engine, -1, {plain, r});
+    engine.stop_followers();
+    generated = out[1].tokens;
+    EXPECT_NE(out[0].tokens, out[1].tokens);  // the adjustments changed something
+  } else {
+    engine.follow();
+  }
+  std::vector<int32_t> seq = prompt;
+  const std::vector<int32_t> tail = shared_tokens(*world, generated);
+  seq.insert(seq.end(), tail.begin(), tail.end());
+  const auto full = full_forward_logprobs(m, tp, pp, seq);
+  if (!engine.leader()) return;
+  ASSERT_EQ(generated.size(), 16u);
+  std::map<int32_t, int> counts;
+  for (size_t k = 0; k < generated.size(); ++k) {
+    std::vector<double> row = full[prompt.size() - 1 + k];
+    for (const auto& [id, c] : counts) row[static_cast<size_t>(id)] -= c * 0.4 + 0.3;
+    row[7] += 2.5;
+    row[8] -= 100;
+    EXPECT_EQ(generated[k], std::max_element(row.begin(), row.end()) - row.begin()) << "token " << k;
+    ++counts[generated[k]];
   }
 }
 
