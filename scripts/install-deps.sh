@@ -15,6 +15,7 @@ packages=(
   libfabric-dev python3-yaml
   slurmctld slurmd slurm-client munge
   iproute2 util-linux
+  python3-prometheus-client openssl curl
 )
 
 # Root runs apt directly (containers, CI); anyone else goes through sudo.
@@ -73,4 +74,21 @@ else
   echo "install-deps: installing s3rver@3.7.1 into $s3rver_prefix"
   mkdir -p "$s3rver_prefix"
   npm install --prefix "$s3rver_prefix" --no-audit --no-fund s3rver@3.7.1
+fi
+
+# The official `openai` client for the serve API test (tests/serve/openai_sdk.mjs), into the
+# same prefix. 6.x is the last major line that runs on Debian's Node 20 (7.x needs Node 22).
+openai_version=6.49.0
+if [[ $(cat "$s3rver_prefix/node_modules/openai/package.json" 2>/dev/null) == *"\"version\": \"$openai_version\""* ]]; then
+  echo "install-deps: openai@$openai_version present ($s3rver_prefix)"
+else
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: installing nodejs npm"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -q
+    as_root apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  echo "install-deps: installing openai@$openai_version into $s3rver_prefix"
+  mkdir -p "$s3rver_prefix"
+  npm install --prefix "$s3rver_prefix" --no-audit --no-fund --save-exact "openai@$openai_version"
 fi
