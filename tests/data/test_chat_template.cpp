@@ -28,6 +28,12 @@ TEST(ChatTemplate, RendersEachRoleThenTheGenerationPrompt) {
   EXPECT_TRUE(t.has_role(ChatRole::system));
 }
 
+TEST(ChatTemplate, TheShippedTemplateLoads) {
+  const ChatTemplate t = load_chat_template(test::source_path("inputs/chat/jumbo-chat.toml"));
+  EXPECT_EQ(t.render({{ChatRole::user, "Hi"}}, true), "<|user|>\nHi\n<|assistant|>\n");
+  EXPECT_FALSE(t.stop.empty());
+}
+
 TEST(ChatTemplate, WithoutASystemFormatHasNoSystemRole) {
   const ChatTemplate t = parse_chat_template("user = \"U: {content}\\n\"\nassistant = \"A: {content}\\n\"\n",
                                              "c.toml");

@@ -25,7 +25,9 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 make_small_data "$jumbo" "$tmp" || exit 1
 # A context of 512: room for a long stream in the disconnect check.
+# The chat template rides in the checkpoint (data.chat_template): the server takes it from there.
 train_small "$jumbo" 1 "$tmp" --set model.vocab=500 --set model.context=512 \
+  --set data.chat_template=inputs/chat/jumbo-chat.toml \
   --set train.global_batch=4 --set train.steps=20 --set checkpoint.every=20 \
   --set "checkpoint.dir=$tmp/ck" --set log.every=100 >"$tmp/train.log" 2>&1 ||
   { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
@@ -98,6 +100,17 @@ if start_server one "$jumbo" serve --checkpoint "$tmp/ck" --port 0; then
   client disconnect "$tmp/cases.json"
   client errors "$tmp/cases.json"
   client models
+  grep -q "chat template step_00000020 (data.chat_template)" "$tmp/one.out" ||
+    fail "one: the checkpoint's chat template was not taken: $(head -1 "$tmp/one.out")"
+  python3 - "$port" "$model" <<'EOF' || fail "a chat completion with the checkpoint's template"
+import http.client, json, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+conn.request("POST", "/v1/chat/completions", json.dumps({"model": sys.argv[2], "max_tokens": 4,
+             "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}))
+r = conn.getresponse()
+body = json.loads(r.read())
+assert r.status == 200 and body["object"] == "chat.completion", (r.status, body)
+EOF
   stop_server one TERM
 fi
 
