@@ -59,36 +59,27 @@ for library in libblas.so.3 libopenblas.so.0 liblapack.so.3; do
   fi
 done
 
-# s3rver, a local S3 API for the S3 checkpoint tests (tests/ckpt/s3.sh), from npm into the
-# user's cache: Debian does not package it. Node and npm come from Debian when npm is absent.
-s3rver_prefix=$HOME/.cache/jumbo/npm
-if [[ -x $s3rver_prefix/node_modules/.bin/s3rver ]]; then
-  echo "install-deps: s3rver present ($s3rver_prefix)"
-else
+# Test tools Debian does not package, from npm into the user's cache (tests find them there):
+# s3rver, a local S3 API for the S3 checkpoint tests (tests/ckpt/s3.sh), and the official
+# `openai` client for the serve API test (tests/serve/openai_sdk.mjs). Node and npm come
+# from Debian when npm is absent.
+npm_prefix=$HOME/.cache/jumbo/npm
+npm_install_pinned() {
+  local name=$1 version=$2
+  if [[ $(cat "$npm_prefix/node_modules/$name/package.json" 2>/dev/null) == *"\"version\": \"$version\""* ]]; then
+    echo "install-deps: $name@$version present ($npm_prefix)"
+    return
+  fi
   if ! command -v npm >/dev/null; then
     echo "install-deps: installing nodejs npm"
     export DEBIAN_FRONTEND=noninteractive
     as_root apt-get update -q
     as_root apt-get install -y -q --no-install-recommends nodejs npm
   fi
-  echo "install-deps: installing s3rver@3.7.1 into $s3rver_prefix"
-  mkdir -p "$s3rver_prefix"
-  npm install --prefix "$s3rver_prefix" --no-audit --no-fund s3rver@3.7.1
-fi
-
-# The official `openai` client for the serve API test (tests/serve/openai_sdk.mjs), into the
-# same prefix. 6.x is the last major line that runs on Debian's Node 20 (7.x needs Node 22).
-openai_version=6.49.0
-if [[ $(cat "$s3rver_prefix/node_modules/openai/package.json" 2>/dev/null) == *"\"version\": \"$openai_version\""* ]]; then
-  echo "install-deps: openai@$openai_version present ($s3rver_prefix)"
-else
-  if ! command -v npm >/dev/null; then
-    echo "install-deps: installing nodejs npm"
-    export DEBIAN_FRONTEND=noninteractive
-    as_root apt-get update -q
-    as_root apt-get install -y -q --no-install-recommends nodejs npm
-  fi
-  echo "install-deps: installing openai@$openai_version into $s3rver_prefix"
-  mkdir -p "$s3rver_prefix"
-  npm install --prefix "$s3rver_prefix" --no-audit --no-fund --save-exact "openai@$openai_version"
-fi
+  echo "install-deps: installing $name@$version into $npm_prefix"
+  mkdir -p "$npm_prefix"
+  npm install --prefix "$npm_prefix" --no-audit --no-fund --save-exact "$name@$version"
+}
+npm_install_pinned s3rver 3.7.1
+# 6.x is the last major line of openai that runs on Debian's Node 20 (7.x needs Node 22).
+npm_install_pinned openai 6.49.0

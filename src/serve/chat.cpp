@@ -134,19 +134,10 @@ CompletionRequest parse_chat_request(const std::string& body_text, const ServedM
 
 json chat_response(const ResponseHead& head, const std::vector<ChoiceState>& sequences,
                    const CompletionRequest& r) {
-  json list = json::array();
-  int64_t index = 0;
-  for (size_t i : returned_choices(r, sequences)) {
-    const ChoiceState& c = sequences[i];
-    list.push_back({{"index", index++},
-                    {"message", {{"role", "assistant"}, {"content", c.text()}}},
-                    {"logprobs", r.logprobs ? chat_logprobs_json(c.entries(0, c.entries()))
-                                            : json(nullptr)},
-                    {"finish_reason", c.finished() ? json(to_string(c.finish_reason()))
-                                                   : json(nullptr)}});
-  }
-  return {{"id", head.id},       {"object", "chat.completion"}, {"created", head.created},
-          {"model", head.model}, {"choices", list},             {"usage", usage_json(r, sequences)}};
+  return response_json(head, r, sequences, [&](const ChoiceState& c) -> json {
+    return {{"message", {{"role", "assistant"}, {"content", c.text()}}},
+            {"logprobs", r.logprobs ? chat_logprobs_json(c.entries(0, c.entries())) : json(nullptr)}};
+  });
 }
 
 json chat_chunk_choice(ChoiceState& choice, int64_t index, bool logprobs, bool first) {

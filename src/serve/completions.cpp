@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -297,21 +298,32 @@ json usage_json(const CompletionRequest& r, const std::vector<ChoiceState>& sequ
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json completion_response(const ResponseHead& head, const std::vector<ChoiceState>& sequences,
-                         const CompletionRequest& r) {
+json response_json(const ResponseHead& head, const CompletionRequest& r,
+                   const std::vector<ChoiceState>& sequences,
+                   const std::function<json(const ChoiceState&)>& content) {
   json list = json::array();
   int64_t index = 0;
   for (size_t i : returned_choices(r, sequences)) {
     const ChoiceState& c = sequences[i];
-    list.push_back({{"index", index++},
-                    {"text", c.text()},
-                    {"logprobs", r.logprobs ? logprobs_json(c.entries(0, c.entries()))
-                                            : json(nullptr)},
-                    {"finish_reason", c.finished() ? json(to_string(c.finish_reason()))
-                                                   : json(nullptr)}});
+    json choice = content(c);
+    choice["index"] = index++;
+    choice["finish_reason"] = c.finished() ? json(to_string(c.finish_reason())) : json(nullptr);
+    list.push_back(std::move(choice));
   }
-  return {{"id", head.id},         {"object", "text_completion"}, {"created", head.created},
-          {"model", head.model},   {"choices", list},             {"usage", usage_json(r, sequences)}};
+  return {{"id", head.id},
+          {"object", r.endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
+          {"created", head.created},
+          {"model", head.model},
+          {"choices", std::move(list)},
+          {"usage", usage_json(r, sequences)}};
+}
+
+json completion_response(const ResponseHead& head, const std::vector<ChoiceState>& sequences,
+                         const CompletionRequest& r) {
+  return response_json(head, r, sequences, [&](const ChoiceState& c) -> json {
+    return {{"text", c.text()},
+            {"logprobs", r.logprobs ? logprobs_json(c.entries(0, c.entries())) : json(nullptr)}};
+  });
 }
 
 json completion_chunk_choice(ChoiceState& choice, int64_t index, bool logprobs) {
@@ -323,25 +335,28 @@ json completion_chunk_choice(ChoiceState& choice, int64_t index, bool logprobs) 
           {"finish_reason", d->finishing ? json(to_string(choice.finish_reason())) : json(nullptr)}};
 }
 
+namespace {
+
+json chunk_json(const ResponseHead& head, const CompletionRequest& r, json choices) {
+  return {{"id", head.id},
+          {"object", r.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", head.created},
+          {"model", head.model},
+          {"choices", std::move(choices)}};
+}
+
+}  // namespace
+
 std::string stream_event(const ResponseHead& head, const CompletionRequest& r, json choices) {
-  json chunk = {{"id", head.id},
-                {"object", r.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", head.created},
-                {"model", head.model},
-                {"choices", std::move(choices)}};
+  json chunk = chunk_json(head, r, std::move(choices));
   if (r.include_usage) chunk["usage"] = nullptr;
   return "data: " + dump(chunk) + "\n\n";
 }
 
 std::string usage_event(const ResponseHead& head, const CompletionRequest& r,
                         const std::vector<ChoiceState>& sequences) {
-  const json chunk = {{"id", head.id},
-                      {"object", r.endpoint == Endpoint::chat ? "chat.completion.chunk"
-                                                              : "text_completion"},
-                      {"created", head.created},
-                      {"model", head.model},
-                      {"choices", json::array()},
-                      {"usage", usage_json(r, sequences)}};
+  json chunk = chunk_json(head, r, json::array());
+  chunk["usage"] = usage_json(r, sequences);
   return "data: " + dump(chunk) + "\n\n";
 }
 

@@ -4,6 +4,7 @@
 // the response and stream chunk JSON built from the choices. No HTTP and no threads here
 // (server.cpp has both). docs/serve.md describes the fields.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,6 +87,11 @@ struct ResponseHead {
 };
 
 json usage_json(const CompletionRequest& r, const std::vector<ChoiceState>& sequences);
+// A whole (non-streamed) response: the head, the returned choices with their index and
+// finish_reason around what `content` makes of each (the endpoint's fields), the usage.
+json response_json(const ResponseHead& head, const CompletionRequest& r,
+                   const std::vector<ChoiceState>& sequences,
+                   const std::function<json(const ChoiceState&)>& content);
 json completion_response(const ResponseHead& head, const std::vector<ChoiceState>& sequences,
                          const CompletionRequest& request);
 // The choice's part of a stream chunk, or null when it has nothing new.
