@@ -184,7 +184,14 @@ class HttpFront {
     }));
     http.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
       begin_access("OPTIONS");
-      res.status = cors_origin(req).empty() ? 405 : 204;
+      if (!cors_origin(req).empty()) {
+        res.status = 204;
+        return;
+      }
+      send_error(res, ApiError(405, "", opts_.cors_origins.empty()
+          ? "OPTIONS: CORS is off (jumbo serve --cors-origin ORIGIN allows browsers)"
+          : fmt::format("OPTIONS: origin {} is not allowed (--cors-origin)",
+                        serve::quote(json(req.get_header_value("Origin"))))));
     });
     http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       add_cors_headers(req, res);
@@ -387,7 +394,10 @@ class HttpFront {
       return std::any_of(std::begin(kMethods), std::end(kMethods),
                          [&](const char* m) { return req.method == m; });
     };
-    const std::string route = route_of(req.path);
+    // The path may not be parsed yet (an unknown method stops httplib at the request line):
+    // the target's path then.
+    const std::string path = !req.path.empty() ? req.path : req.target.substr(0, req.target.find('?'));
+    const std::string route = route_of(path);
     std::string message;
     switch (res.status) {
       case 413:
@@ -411,6 +421,10 @@ class HttpFront {
         } else if (!method_served()) {
           message = fmt::format("method {} is not served", req.method.substr(0, 32));
           if (!route.empty()) res.status = 405;
+        } else if (req.has_header("REMOTE_ADDR")) {
+          // httplib sets it once the headers are read: the body was what failed.
+          message = "the request body could not be read (send it with Content-Length, or "
+                    "chunked)";
         } else {
           res.status = 431;
           message = fmt::format("a request header line is over {} bytes, or malformed",
@@ -423,12 +437,12 @@ class HttpFront {
           res.status = 405;
           res.set_header("Allow", allowed);
           message = fmt::format("{} {}: method not allowed (use {})", req.method.substr(0, 32),
-                                req.path, allowed);
+                                serve::quote(json(path)), allowed);
         } else {
           message = fmt::format("no route {} {} (jumbo serves POST /v1/completions, POST "
                                 "/v1/chat/completions, GET /v1/models, POST /tokenize, POST "
                                 "/detokenize, GET /health, GET /metrics)",
-                                req.method.substr(0, 32), serve::quote(json(req.path)));
+                                req.method.substr(0, 32), serve::quote(json(path)));
         }
         break;
       default:
@@ -440,7 +454,7 @@ class HttpFront {
   void log_access(const httplib::Request& req, const httplib::Response& res) {
     const AccessRecord& a = t_access;
     const bool ours = a.start != Clock::time_point{};
-    std::string route = ours ? a.route : route_of(req.path);
+    std::string route = ours ? a.route : route_of(!req.path.empty() ? req.path : req.target.substr(0, req.target.find('?')));
     if (route.empty()) route = "other";
     metrics_.count_request(route, res.status);
     const std::string seconds =
