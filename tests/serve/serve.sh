@@ -10,16 +10,10 @@ jumbo=$1
 repo=$2
 tmp=$(mktemp -d)
 server_pid=
-stop_server_now() {
-  if [[ -n $server_pid ]]; then
-    kill -TERM "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-    server_pid=
-  fi
-}
 trap 'stop_server_now; rm -rf "$tmp"' EXIT
 cd "$repo"
 source tests/support/small_run.sh
+source tests/support/serve_harness.sh
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -63,35 +57,6 @@ if not any(c["finish_reason"] == "stop" and c["stop"] for c in cases):
     sys.exit("no case ends at its stop string: the stop path is not exercised")
 EOF
 
-# start_server NAME COMMAND...: in the background; sets server_pid and port from its
-# "listening on http://HOST:PORT" line.
-start_server() {
-  local name=$1
-  shift
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  server_pid=$!
-  port=
-  for _ in $(seq 600); do
-    port=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$tmp/$name.out" | grep -oE '[0-9]+$')
-    [[ -n $port ]] && return 0
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$tmp/$name.out" "$tmp/$name.err"
-  fail "$name: no listening line"
-  server_pid=
-  return 1
-}
-# stop_server NAME SIGNAL: it must exit 0 having said it stopped. mpirun forwards SIGUSR1
-# to the ranks; a SIGTERM to mpirun reaches them too, but mpirun then exits 1 whatever they do.
-stop_server() {
-  kill "-$2" "$server_pid"
-  wait "$server_pid"
-  local status=$?
-  server_pid=
-  [[ $status -eq 0 ]] || { cat "$tmp/$1.err"; fail "$1: exited $status after SIGTERM, expected 0"; }
-  grep -q "^jumbo serve: stopped after" "$tmp/$1.out" || fail "$1: no 'stopped' line"
-}
 client() { python3 tests/serve/client.py "$port" "$model" "$@" || fail "client $*"; }
 
 # ---- one rank ---------------------------------------------------------------------------

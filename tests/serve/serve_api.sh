@@ -17,17 +17,11 @@ jumbo=$1
 repo=$2
 tmp=$(mktemp -d)
 server_pid=
-stop_server_now() {
-  if [[ -n $server_pid ]]; then
-    kill -TERM "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-    server_pid=
-  fi
-}
 # JUMBO_TEST_KEEP=1 keeps the temporary directory (the servers' logs) for a look.
 trap 'stop_server_now; if [[ -n ${JUMBO_TEST_KEEP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi' EXIT
 cd "$repo"
 source tests/support/small_run.sh
+source tests/support/serve_harness.sh
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 py=/usr/bin/python3  # Debian's: prometheus_client (python3-prometheus-client)
@@ -142,34 +136,6 @@ for b in bad:
 sys.exit(1 if bad else 0)
 EOF
 
-# start_server NAME COMMAND...: in the background; sets server_pid, port and scheme from its
-# "listening on http(s)://127.0.0.1:PORT" line.
-start_server() {
-  local name=$1
-  shift
-  "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  server_pid=$!
-  port=
-  for _ in $(seq 600); do
-    port=$(grep -oE 'listening on https?://127\.0\.0\.1:[0-9]+' "$tmp/$name.out" | grep -oE '[0-9]+$')
-    [[ -n $port ]] && return 0
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$tmp/$name.out" "$tmp/$name.err"
-  fail "$name: no listening line (flags: ${*:2})"
-  stop_server_now
-  return 1
-}
-# stop_server NAME: SIGTERM; it must exit 0 having said it stopped.
-stop_server() {
-  kill -TERM "$server_pid"
-  wait "$server_pid"
-  local status=$?
-  server_pid=
-  [[ $status -eq 0 ]] || { tail -20 "$tmp/$1.err"; fail "$1: exited $status after SIGTERM, expected 0"; }
-  grep -q "^jumbo serve: stopped after" "$tmp/$1.out" || fail "$1: no 'stopped' line"
-}
 api() { "$py" tests/serve/api.py "$@" || fail "api.py $*"; }
 
 # ---- a plain server: no key, no template, no CORS ----------------------------------------
