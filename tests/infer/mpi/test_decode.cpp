@@ -117,6 +117,16 @@ std::unique_ptr<GenerationEngine> make_engine(Backend& backend, const DecodeShap
   return engine;
 }
 
+// The final tokens of a leader's run, on every rank (rank 0 knows them).
+std::vector<int32_t> shared_tokens(Comm& world, const std::vector<int32_t>& mine) {
+  std::vector<char> bytes(reinterpret_cast<const char*>(mine.data()),
+                          reinterpret_cast<const char*>(mine.data() + mine.size()));
+  world.broadcast_bytes(bytes, 0);
+  std::vector<int32_t> out(bytes.size() / sizeof(int32_t));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
 TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
   std::shared_ptr<Comm> world = mpi_world();
   const auto [tp, pp] = layout_for(world->size());
@@ -151,20 +161,11 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
   }
   // Every rank runs the full forward of the final sequences (rank 0 knows them).
   for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<char> bytes;
-    if (engine.leader()) {
-      for (const TokenPick& p : picks[i]) {
-        const char* c = reinterpret_cast<const char*>(&p.token);
-        bytes.insert(bytes.end(), c, c + sizeof(int32_t));
-      }
-    }
-    world->broadcast_bytes(bytes, 0);
+    std::vector<int32_t> generated;
+    for (const TokenPick& p : picks[i]) generated.push_back(p.token);
     std::vector<int32_t> seq = prompts[i];
-    for (size_t k = 0; k < bytes.size() / 4; ++k) {
-      int32_t t;
-      std::memcpy(&t, bytes.data() + 4 * k, 4);
-      seq.push_back(t);
-    }
+    const std::vector<int32_t> tail = shared_tokens(*world, generated);
+    seq.insert(seq.end(), tail.begin(), tail.end());
     ASSERT_EQ(seq.size(), prompts[i].size() + static_cast<size_t>(new_tokens[i]));
     const auto full = full_forward_logprobs(m, tp, pp, seq);
     if (!engine.leader()) continue;
@@ -180,16 +181,6 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
     }
     EXPECT_LT(worst, 1e-5) << "prompt " << i << ": largest log-probability difference";
   }
-}
-
-// The final tokens of a leader's run, on every rank (rank 0 knows them).
-std::vector<int32_t> shared_tokens(Comm& world, const std::vector<int32_t>& mine) {
-  std::vector<char> bytes(reinterpret_cast<const char*>(mine.data()),
-                          reinterpret_cast<const char*>(mine.data() + mine.size()));
-  world.broadcast_bytes(bytes, 0);
-  std::vector<int32_t> out(bytes.size() / sizeof(int32_t));
-  std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
 }
 
 TEST(CachedDecode, ScoredPromptTokensAreTheFullForwardsLogprobs) {
