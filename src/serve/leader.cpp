@@ -7,6 +7,11 @@
 
 namespace jumbo::serve {
 
+void log_line(const std::string& line, std::FILE* to) {
+  std::fwrite(line.data(), 1, line.size(), to);  // errors ignored: see leader.h
+  std::fflush(to);
+}
+
 void JobQueue::cancel(Job& job) {
   {
     std::lock_guard lock(job.mu);  // a waiter checking done() does not miss it
@@ -50,7 +55,7 @@ void Leader::run() {
       set_free_slots(taken);
     }
     if (stop_now) {
-      fmt::print(stderr, "jumbo serve: stopping: no new requests, finishing those accepted\n");
+      log_line("jumbo serve: stopping: no new requests, finishing those accepted\n");
       stop_listening_();
     }
     for (auto& job : starting) start(job);

@@ -11,7 +11,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <cstdio>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "completions.h"
@@ -21,6 +23,10 @@
 namespace jumbo::serve {
 
 using Clock = std::chrono::steady_clock;
+
+// A line on stderr that never throws: fmt::print throws when the write fails (a closed pipe
+// to a log collector), and the server must outlive its log.
+void log_line(const std::string& line, std::FILE* to = stderr);
 
 // One generation request from acceptance to its last token.
 struct Job {

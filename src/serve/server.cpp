@@ -209,7 +209,7 @@ class HttpFront {
         what = e.what();
       } catch (...) {
       }
-      fmt::print(stderr, "jumbo serve: internal error in a request: {}\n", what);
+      serve::log_line(fmt::format("jumbo serve: internal error in a request: {}\n", what));
       send_error(res, ApiError(500, "", "internal error: " + what, "server_error"));
     });
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
@@ -462,10 +462,11 @@ class HttpFront {
              : "-";
     auto count = [](int64_t n) { return n < 0 ? std::string("-") : std::to_string(n); };
     // No prompt text, no key: the method, the route (not the raw path), counts and time.
-    fmt::print(stderr, "jumbo serve: access id={} method={} route={} status={} prompt_tokens={} "
-                       "completion_tokens={} seconds={}\n",
-               a.id.empty() ? "-" : a.id, req.method.substr(0, 16), route, res.status,
-               count(a.prompt_tokens), count(a.completion_tokens), seconds);
+    serve::log_line(fmt::format("jumbo serve: access id={} method={} route={} status={} "
+                                "prompt_tokens={} completion_tokens={} seconds={}\n",
+                                a.id.empty() ? "-" : a.id, req.method.substr(0, 16), route,
+                                res.status, count(a.prompt_tokens), count(a.completion_tokens),
+                                seconds));
     t_access = AccessRecord{};
   }
 
@@ -545,13 +546,15 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
     throw refuse(fmt::format("--host {} --port {}: cannot listen there (in use, or not an "
                              "address of this machine)", opts.host, opts.port));
   }
-  fmt::print("jumbo serve: model {}, context {} tokens, {} sequences at once{}{}{}\n", model.name,
-             model.shape.cache_positions, model.shape.cache_slots,
-             model.chat_template ? fmt::format(", chat template {}", model.chat_template->source) : "",
-             opts.api_keys.empty() ? "" : fmt::format(", {} API key(s)", opts.api_keys.size()),
-             tls ? ", TLS" : "");
-  fmt::print("listening on {}://{}:{}\n", tls ? "https" : "http", opts.host, port);
-  std::fflush(stdout);
+  serve::log_line(
+      fmt::format("jumbo serve: model {}, context {} tokens, {} sequences at once{}{}{}\n",
+                  model.name, model.shape.cache_positions, model.shape.cache_slots,
+                  model.chat_template ? ", chat template " + model.chat_template->source : "",
+                  opts.api_keys.empty() ? "" : fmt::format(", {} API key(s)", opts.api_keys.size()),
+                  tls ? ", TLS" : ""),
+      stdout);
+  serve::log_line(fmt::format("listening on {}://{}:{}\n", tls ? "https" : "http", opts.host,
+                              port), stdout);
   std::atomic<bool> listener_returned{false};
   std::thread listener([&] {
     http.listen_after_bind();
@@ -580,8 +583,8 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
   // Nothing is queued or running: the handler threads have what they wait for.
   listener.join();
   engine.stop_followers();
-  fmt::print("jumbo serve: stopped after {} requests ({} cancelled)\n", queue.completed.load(),
-             queue.cancelled.load());
+  serve::log_line(fmt::format("jumbo serve: stopped after {} requests ({} cancelled)\n",
+                              queue.completed.load(), queue.cancelled.load()), stdout);
   return 0;
 }
 

@@ -79,6 +79,26 @@ EOF
   stop_server one TERM
 fi
 
+# ---- a log that cannot be written (stderr on a full disk: /dev/full): the
+# access lines fail, the server serves on and stops cleanly -------------------------------
+"$jumbo" serve --checkpoint "$tmp/ck" --port 0 >"$tmp/nolog.out" 2>/dev/full &
+server_pid=$!
+port=
+for _ in $(seq 600); do
+  port=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$tmp/nolog.out" | grep -oE '[0-9]+$')
+  [[ -n $port ]] && break
+  sleep 0.1
+done
+if [[ -n $port ]]; then
+  client models
+  client concurrent "$tmp/cases.json"
+  kill -TERM "$server_pid"
+  wait "$server_pid" || fail "nolog: exited $? after SIGTERM, expected 0"
+else
+  fail "nolog: no listening line"
+fi
+server_pid=
+
 # ---- a full queue: one sequence at a time, one request waiting --------------------------
 if start_server queue "$jumbo" serve --checkpoint "$tmp/ck" --port 0 --max-batch 1 --max-queue 1; then
   client queue_full
