@@ -3,6 +3,7 @@
 // steps. SIGTERM or SIGINT: stop listening, finish the accepted requests, exit 0.
 #include <fmt/format.h>
 
+#include <csignal>
 #include <fstream>
 
 #include "inference_flags.h"
@@ -39,6 +40,9 @@ int run_serve(Args a) {
   // Before the session: a signal during loading is kept, and the followers (which mpirun
   // signals too) must not die while the leader finishes its requests.
   install_stop_signal_handlers();
+  // A log collector's pipe that goes away must not kill a server (writes then fail, and the
+  // logs ignore that); httplib ignores SIGPIPE too, but only once its server exists.
+  std::signal(SIGPIPE, SIG_IGN);
   // The user's files first, before minutes of loading: a typo fails at once.
   if (!a.api_key_file.empty()) {
     for (std::string& k : read_api_keys(a.api_key_file)) a.serve.api_keys.push_back(std::move(k));
