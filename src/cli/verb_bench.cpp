@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "jumbo/backend/backend.h"
@@ -7,6 +9,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/obs/peak.h"
 #include "jumbo/infer/bench_generate.h"
+#include "jumbo/serve/load_generator.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/device.h"
 #include "verbs.h"
@@ -113,6 +116,60 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
           bench_checkpoint(load_model_config(ck->first), ck->second, *world);
       if (world->rank() == 0) fmt::print("{}\n", describe(r, ck->second, world->size()));
       return 0;
+    };
+  });
+
+  auto sv = std::make_shared<std::pair<ServeBenchOptions, bool>>();  // options, --json
+  CLI::App* serve = bench->add_subcommand(
+      "serve", "jumbo serve under load on loopback: tokens/s, TTFT and inter-token latency per "
+               "concurrency; batch decode against the engine alone (docs/serve.md)");
+  serve->add_option("--checkpoint", sv->first.checkpoint, "checkpoint the server loads")
+      ->required();
+  serve->add_option("--concurrency", sv->first.concurrency, "client threads, one level each")
+      ->delimiter(',')->capture_default_str();
+  serve->add_option("--requests", sv->first.requests, "requests per level")->capture_default_str();
+  CLI::Option* rate = serve->add_option(
+      "--rate", sv->first.rate, "Poisson arrivals per second (default: closed loop)");
+  serve->add_option("--prompt-tokens", sv->first.prompt_tokens,
+                    "prompt lengths; each request draws one")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve->add_option("--output-tokens", sv->first.output_tokens,
+                    "max_tokens values; each request draws one")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve->add_option("--seed", sv->first.seed)->capture_default_str();
+  serve->add_option("--max-batch", sv->first.max_batch,
+                    "the server's --max-batch, and the batch of the overhead run")
+      ->capture_default_str();
+  serve->add_flag("--json", sv->second, "one JSON line at the end");
+  serve->callback([&run, sv, rate] {
+    run = [sv, rate] {
+      ServeBenchOptions& o = sv->first;
+      auto at_least = [](const char* flag, const std::vector<int64_t>& v, int64_t low) {
+        if (v.empty()) throw UserError(fmt::format("{}: expected at least one value", flag));
+        for (int64_t x : v) {
+          if (x < low) throw UserError(fmt::format("{} {}: expected integers >= {}", flag, x, low));
+        }
+      };
+      at_least("--concurrency", o.concurrency, 1);
+      at_least("--requests", {o.requests}, 1);
+      at_least("--prompt-tokens", o.prompt_tokens, 1);
+      at_least("--output-tokens", o.output_tokens, 1);
+      at_least("--max-batch", {o.max_batch}, 1);
+      if (*std::max_element(o.output_tokens.begin(), o.output_tokens.end()) < 2) {
+        throw UserError("--output-tokens: expected one value >= 2 (the decode comparison)");
+      }
+      if (rate->count() > 0 && !(o.rate > 0 && std::isfinite(o.rate))) {
+        throw UserError(fmt::format("--rate {}: expected requests per second > 0", o.rate));
+      }
+      if (mpi_world()->size() > 1) {
+        throw UserError("bench serve: run it as one process (it starts jumbo serve itself)");
+      }
+      const ServeBenchResult r = bench_serve(o);
+      fmt::print("{}", describe(r, o));
+      if (sv->second) fmt::print("{}\n", to_json_line(r, o));
+      return r.errors() > 0 ? 1 : 0;
     };
   });
 
