@@ -64,18 +64,18 @@ void read_prompts(const json& body, const ServedModel& model, const Tokenizer& t
   if (p->is_string()) return text(*p);
   if (!p->is_array()) bad("prompt", expected);
   if (p->empty()) bad("prompt", "is an empty list");
+  // A list of token ids is one prompt; a list of strings or of lists is many, counted before
+  // any is encoded.
+  if (std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_number(); })) {
+    return ids(*p);
+  }
+  const bool texts = std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_string(); });
+  const bool lists = std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_array(); });
+  if (!texts && !lists) bad("prompt", expected);
   if (static_cast<int64_t>(p->size()) > kMaxChoices) {
     bad("prompt", fmt::format("{} prompts, at most {} per request", p->size(), kMaxChoices));
   }
-  if (std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_string(); })) {
-    for (const json& e : *p) text(e);
-  } else if (std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_number(); })) {
-    ids(*p);
-  } else if (std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_array(); })) {
-    for (const json& e : *p) ids(e);
-  } else {
-    bad("prompt", expected);
-  }
+  for (const json& e : *p) texts ? text(e) : ids(e);
 }
 
 std::vector<std::string> stops_of(const json& body) {

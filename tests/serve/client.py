@@ -252,6 +252,10 @@ def check_errors(cases):
         fail(f"wrong model: expected 404 model_not_found naming model, got {status} {r}")
     else:
         print(f"wrong model: 404 {err['message']}")
+    # A flat list of token ids is one prompt, however long (not "100 prompts").
+    status, r = request("POST", "/v1/completions", dict(base, prompt=list(range(1, 101)), max_tokens=2))
+    if status != 200 or len(r.get("choices", [])) != 1 or r["usage"]["prompt_tokens"] != 100:
+        fail(f"100 token ids: expected one prompt of 100 tokens, got {status} {r}")
     health()
     run_case(cases[0], "after the errors")  # still serving, and right
 
