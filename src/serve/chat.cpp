@@ -11,7 +11,7 @@ const std::vector<std::string>& chat_fields() {
   static const std::vector<std::string> fields = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
       "top_k", "n", "stop", "seed", "logprobs", "top_logprobs", "stream", "stream_options",
-      "frequency_penalty", "presence_penalty", "logit_bias", "user"};
+      "frequency_penalty", "presence_penalty", "logit_bias", "user", "ignore_eos"};
   return fields;
 }
 

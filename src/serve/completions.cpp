@@ -18,7 +18,7 @@ const std::vector<std::string>& completion_fields() {
   static const std::vector<std::string> fields = {
       "model", "prompt", "suffix", "max_tokens", "temperature", "top_p", "top_k", "n",
       "best_of", "stop", "seed", "logprobs", "echo", "stream", "stream_options",
-      "frequency_penalty", "presence_penalty", "logit_bias", "user"};
+      "frequency_penalty", "presence_penalty", "logit_bias", "user", "ignore_eos"};
   return fields;
 }
 
@@ -161,6 +161,7 @@ void parse_shared_fields(const json& body, const ServedModel& model,
                                               : static_cast<uint64_t>(s->get<int64_t>());
     r.seeded = true;
   }
+  r.ignore_eos = bool_of(body, "ignore_eos", false);
   r.stream = bool_of(body, "stream", false);
   if (const json* o = optional(body, "stream_options")) {
     if (!r.stream) bad("stream_options", "is only allowed with \"stream\": true");
@@ -233,6 +234,7 @@ GenerationRequest generation_request(const CompletionRequest& r, int64_t sequenc
   g.max_new_tokens = std::max<int64_t>(r.max_tokens, 1);  // max_tokens 0: one, dropped
   g.sampling = r.sampling;
   g.stream = static_cast<uint64_t>(sequence % r.best_of);
+  g.stop_at_eos = !r.ignore_eos;
   // The first echoed token has no logprob: the scores start at the one after it.
   if (r.echo && r.logprobs) g.score_prompt_from = static_cast<int64_t>(r.shown_from[prompt]) + 1;
   return g;

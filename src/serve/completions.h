@@ -53,6 +53,7 @@ struct CompletionRequest {
   bool echo = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;     // vLLM's extension: EOS is a token like any other (benchmarks)
   int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * best_of; }
   int64_t prompt_tokens() const;
 };

@@ -186,7 +186,7 @@ RequestResult run_request(int port, const std::string& model, const RequestSpec&
   const std::string body = json{{"model", model},          {"prompt", prompts},
                                 {"max_tokens", spec.max_tokens}, {"temperature", 0.8},
                                 {"seed", spec.seed},         {"stream", true},
-                                {"logprobs", 0}}
+                                {"logprobs", 0},             {"ignore_eos", true}}
                                .dump();
   httplib::Client client("127.0.0.1", port);  // one connection per request (Connection: close)
   client.set_connection_timeout(10);

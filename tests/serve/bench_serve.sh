@@ -36,6 +36,7 @@ for c, l in levels.items():
         assert p["samples"] > 0 and 0 < p["p50"] <= p["p90"] <= p["p99"], f"{c} {key}: {p}"
 o = r["overhead"]
 assert o["ratio"] > 0 and o["server_decode_tokens_per_s"] > 0, o
+assert o["ended_early"] == 0, f"ignore_eos: {o['ended_early']} timed requests ended at EOS"
 assert o["engine_decode_tokens_per_s"] > 0 and o["errors"] == 0, o
 assert r["errors"] == 0, r["errors"]
 print(f"ok: {len(levels)} levels, server/engine {o['ratio']:.3f}")
