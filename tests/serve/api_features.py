@@ -116,7 +116,8 @@ def check_fields():
             fail(f"logit_bias {{{first}: -100}}: the text {r['choices'][0]['text']!r} still "
                  f"starts with that token {banned!r}")
 
-    # best_of: one choice, one of the best_of candidates (streams 0 .. best_of-1 of the seed).
+    # best_of: one choice, the candidate (streams 0 .. best_of-1 of the seed) with the highest
+    # mean token logprob, as OpenAI defines it.
     sampled = dict(base, max_tokens=8, temperature=1.0, seed=5)
     many = completion(dict(sampled, n=3, logprobs=0), "n 3 for best_of")
     best = completion(dict(sampled, best_of=3), "best_of 3")
@@ -126,6 +127,13 @@ def check_fields():
             fail(f"best_of 3, n 1: {len(best['choices'])} choices")
         elif best["choices"][0]["text"] not in texts:
             fail(f"best_of 3: {best['choices'][0]['text']!r} is none of n=3's {texts}")
+        else:
+            means = [sum(c["logprobs"]["token_logprobs"]) / max(1, len(c["logprobs"]["token_logprobs"]))
+                     for c in many["choices"]]
+            want = texts[means.index(max(means))]
+            if best["choices"][0]["text"] != want:
+                fail(f"best_of 3: {best['choices'][0]['text']!r}, but the highest mean logprob "
+                     f"({max(means):.4f} of {means}) is {want!r}")
 
     # echo with logprobs: the prompt's entries first, the first one's logprob null.
     g = A.expect["greedy"][0]
