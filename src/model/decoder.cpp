@@ -50,6 +50,7 @@ GptDecoder::GptDecoder(const ModelConfig& cfg, const GptOptions& stage, const De
   host_tokens_.resize(static_cast<size_t>(shape_.max_rows));
   host_positions_.resize(static_cast<size_t>(shape_.max_rows));
   host_rows_.resize(static_cast<size_t>(2 * shape_.max_rows));
+  host_picked_.resize(static_cast<size_t>(shape_.max_sampled));
 }
 
 void GptDecoder::layout_step(Arena& arena) {
@@ -70,7 +71,9 @@ void GptDecoder::layout_step(Arena& arena) {
   fch_ = arena.alloc(t, {r, ffn_local_});
   fch_gelu_ = arena.alloc(t, {r, ffn_local_});
   if (opts_.has_head) {
+    picked_rows_ = arena.alloc(i32, {s});
     picked_ = arena.alloc(t, {s, c});
+    picked_atty_ = arena.alloc(t, {s, c_local});
     lnf_ = arena.alloc(t, {s, c});
     lnf_mean_ = arena.alloc(f32, {s});
     lnf_rstd_ = arena.alloc(f32, {s});
@@ -79,17 +82,32 @@ void GptDecoder::layout_step(Arena& arena) {
   }
 }
 
-void GptDecoder::block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n) {
+void GptDecoder::block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n,
+                       int64_t picked) {
   auto W = [&](int i) { return params_.weight(i); };
   // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
   const bool bias_here = tp_rank_ == 0;
-  Tensor x = x_.rows(0, n), ln = ln_.rows(0, n), proj = proj_.rows(0, n);
-  Tensor mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
-  backend_.layernorm_fwd(ln, mean, rstd, x, W(p.ln1_w), W(p.ln1_b), opts_.layernorm_eps);
+  Tensor x = x_.rows(0, n), ln = ln_.rows(0, n);
+  backend_.layernorm_fwd(ln, mean_.rows(0, n), rstd_.rows(0, n), x, W(p.ln1_w), W(p.ln1_b),
+                         opts_.layernorm_eps);
   backend_.linear_fwd(qkv_.rows(0, n), ln, W(p.qkv_w), W(p.qkv_b));
   backend_.attention_kv_cache(atty_.rows(0, n), qkv_.rows(0, n), k_cache, v_cache,
                               rows_.rows(0, n));
-  backend_.linear_fwd(proj, atty_.rows(0, n), W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
+  Tensor atty = atty_.rows(0, n);
+  if (picked >= 0) {
+    // The last layer of the last stage: every row's keys and values are in the cache now, and
+    // only the sampled rows reach the head, so the rest of the block runs on them alone (a
+    // prefill chunk's other rows are most of the step). picked_rows_ holds their indices.
+    n = picked;
+    if (n == 0) return;
+    backend_.token_embedding_fwd(picked_.rows(0, n), picked_rows_.rows(0, n), x, 0);
+    backend_.token_embedding_fwd(picked_atty_.rows(0, n), picked_rows_.rows(0, n), atty, 0);
+    x = picked_.rows(0, n);
+    atty = picked_atty_.rows(0, n);
+    ln = ln_.rows(0, n);
+  }
+  Tensor proj = proj_.rows(0, n), mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
+  backend_.linear_fwd(proj, atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
   tp_.all_reduce(proj, ReduceOp::sum);
   backend_.add(x, x, proj);
   backend_.layernorm_fwd(ln, mean, rstd, x, W(p.ln2_w), W(p.ln2_b), opts_.layernorm_eps);
@@ -130,13 +148,30 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
                                  params_.weight(ix_.wpe), 0);
     backend_.add(x, x, pos_emb_.rows(0, n));
   }
-  for (size_t l = 0; l < ix_.layers.size(); ++l) block(ix_.layers[l], k_cache_[l], v_cache_[l], n);
-  if (!opts_.has_head || sampled.empty()) return;
   const int64_t s = static_cast<int64_t>(sampled.size());
   for (int64_t k = 0; k < s; ++k) {
     const int32_t row = sampled[static_cast<size_t>(k)];
     if (row < 0 || row >= n) throw std::logic_error("GptDecoder: sampled row outside the step");
-    backend_.copy(picked_.rows(k, 1), x.rows(row, 1));
+  }
+  // On the last stage the last layer continues with the sampled rows only (none: just the
+  // cache), gathered into picked_ in their order: unless they are every row in order (a
+  // decode step), where the gather would only copy.
+  bool every_row = s == n;
+  for (int64_t k = 0; every_row && k < s; ++k) every_row = sampled[static_cast<size_t>(k)] == k;
+  const bool compact = opts_.has_head && !every_row && !ix_.layers.empty();
+  if (compact && s > 0) {
+    std::copy(sampled.begin(), sampled.end(), host_picked_.begin());
+    backend_.from_host(picked_rows_.rows(0, s), host_picked_.data());
+  }
+  for (size_t l = 0; l < ix_.layers.size(); ++l) {
+    const bool last = l + 1 == ix_.layers.size();
+    block(ix_.layers[l], k_cache_[l], v_cache_[l], n, compact && last ? s : -1);
+  }
+  if (!opts_.has_head || sampled.empty()) return;
+  if (!compact) {
+    for (int64_t k = 0; k < s; ++k) {
+      backend_.copy(picked_.rows(k, 1), x.rows(sampled[static_cast<size_t>(k)], 1));
+    }
   }
   backend_.layernorm_fwd(lnf_.rows(0, s), lnf_mean_.rows(0, s), lnf_rstd_.rows(0, s),
                          picked_.rows(0, s), params_.weight(ix_.lnf_w), params_.weight(ix_.lnf_b),

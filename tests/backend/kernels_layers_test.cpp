@@ -96,7 +96,10 @@ struct LinearShape {
 };
 
 TEST_P(LayerKernels, LinearForward) {
-  for (const LinearShape s : {LinearShape{6, 10, 7}, LinearShape{67, 131, 45}}) {
+  // Few rows (the decode kernel), a prefill chunk's (the rows kernel), and rows past its
+  // 128-row chunks with inputs deeper than its 256-wide passes; sgemm for training's many rows.
+  for (const LinearShape s : {LinearShape{6, 10, 7}, LinearShape{67, 131, 45},
+                              LinearShape{150, 300, 40}, LinearShape{300, 20, 30}}) {
     SCOPED_TRACE("N=" + std::to_string(s.N) + " I=" + std::to_string(s.I) +
                  " O=" + std::to_string(s.O));
     const Vec in = round_to(dt(), rng.normal(s.N * s.I)), w = round_to(dt(), rng.normal(s.O * s.I));
@@ -214,6 +217,47 @@ TEST_P(LayerKernels, AttentionIsCausal) {
       }
   EXPECT_EQ(earlier_changed, 0) << tag("outputs before the changed token moved: not causal");
   EXPECT_GT(later_changed, 0) << tag("outputs from the changed token on did not move");
+}
+
+TEST_P(LayerKernels, AttentionOverKvCacheIsTheCausalAttention) {
+  // One sequence's rows through the cache in generation's step shapes, against the training
+  // attention of the whole sequence: step 1 is a 10-row prefill of slot 1; step 2 a decode
+  // row of a fresh slot 0, the prefill's 70 remaining rows (more than one block of queries,
+  // after 10 cached keys) and a 3-row prefill of slot 2 (short runs go row by row). Head
+  // sizes with and without the blocked kernel (16 and 64; 40).
+  for (const int64_t d : {16, 64, 40}) {
+    const ref::AttentionShape s{1, 80, 2, d};
+    SCOPED_TRACE("D=" + std::to_string(d));
+    const int64_t c3 = s.H * 3 * d, hd = s.H * d;
+    const Vec qkv = round_to(dt(), rng.normal(s.T * c3, 1.5));
+    Vec want, probs;
+    ref::attention_fwd(want, probs, qkv, s);
+    Tensor k_cache = kb.poisoned(dt(), {3, s.H, 96, d}), v_cache = kb.poisoned(dt(), {3, s.H, 96, d});
+    // (slot, position) per row; the qkv row of position p is the sequence's row p.
+    auto run_step = [&](const Ids& rows) {
+      const int64_t n = static_cast<int64_t>(rows.size()) / 2;
+      Vec step_qkv;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto at = qkv.begin() + rows[2 * i + 1] * c3;
+        step_qkv.insert(step_qkv.end(), at, at + c3);
+      }
+      Tensor out = kb.poisoned(dt(), {n, hd});
+      kb.be().attention_kv_cache(out, kb.upload(dt(), {n, c3}, step_qkv), k_cache, v_cache,
+                                 kb.upload_ids({n, 2}, rows));
+      Vec expected;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto at = want.begin() + rows[2 * i + 1] * hd;
+        expected.insert(expected.end(), at, at + hd);
+      }
+      return close(kb.download(out), expected, tol(), tag("attention_kv_cache out"));
+    };
+    Ids step1, step2 = {0, 0};
+    for (int32_t p = 0; p < 10; ++p) step1.insert(step1.end(), {1, p});
+    for (int32_t p = 10; p < 80; ++p) step2.insert(step2.end(), {1, p});
+    for (int32_t p = 0; p < 3; ++p) step2.insert(step2.end(), {2, p});
+    EXPECT_TRUE(run_step(step1));
+    EXPECT_TRUE(run_step(step2));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, LayerKernels, ::testing::Values(DType::f32, DType::bf16),

@@ -42,9 +42,10 @@ class GptDecoder {
   const DecodeShape& shape() const { return shape_; }
   // One step of `rows` through this stage. The first stage embeds their tokens; the others
   // read their input from input(rows.size()). On the last stage the head computes the
-  // logits of the rows `sampled` lists (indices into rows), in that order.
+  // logits of the rows `sampled` lists (indices into rows), in that order; its last layer
+  // computes only the rows' keys and values for the others (their outputs reach nothing).
   void forward(std::span<const DecodeRow> rows, std::span<const int32_t> sampled);
-  // Stage boundary tensors of a step of n rows: [n, C].
+  // Stage boundary tensors of a step of n rows: [n, C] (output: of a stage before the last).
   Tensor input(int64_t n) { return x_.rows(0, n); }
   Tensor output(int64_t n) { return x_.rows(0, n); }
   // f32 [count, vocab slice] of the last step's sampled rows; padded columns are -inf.
@@ -54,7 +55,9 @@ class GptDecoder {
 
  private:
   void layout_step(Arena& arena);
-  void block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n);
+  // One layer over the step's n rows; picked >= 0: after the attention only the `picked`
+  // rows listed in picked_rows_ go on (the last layer of the last stage), in picked_.
+  void block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n, int64_t picked);
 
   ModelConfig cfg_;
   GptOptions opts_;
@@ -66,10 +69,10 @@ class GptDecoder {
   GptParamIndex ix_;
   Arena cache_arena_, step_arena_;
   std::vector<Tensor> k_cache_, v_cache_;  // per layer [slots, heads, positions, head_dim]
-  Tensor tokens_, positions_, rows_;       // i32 [R], [R], [R, 2]
+  Tensor tokens_, positions_, rows_, picked_rows_;  // i32 [R], [R], [R, 2], [S]
   Tensor x_, pos_emb_, ln_, mean_, rstd_, qkv_, atty_, proj_, fch_, fch_gelu_;
-  Tensor picked_, lnf_, lnf_mean_, lnf_rstd_, logits_, logits_f32_;
-  std::vector<int32_t> host_tokens_, host_positions_, host_rows_;
+  Tensor picked_, picked_atty_, lnf_, lnf_mean_, lnf_rstd_, logits_, logits_f32_;
+  std::vector<int32_t> host_tokens_, host_positions_, host_rows_, host_picked_;
 };
 
 }  // namespace jumbo

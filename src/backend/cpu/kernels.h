@@ -52,6 +52,10 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
                    Tensor rstd);
 
 void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias);
+// linear_fwd for tens to a few hundred rows (generation steps), from the f32 input and bias
+// (may be null): kernels_matmul_rows.cpp. False, doing nothing, where it is not built (a
+// host without AVX-512).
+bool linear_fwd_rows(Scratch& s, Tensor out, const float* in, Tensor w, const float* bias);
 void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
 void attention_fwd(Tensor out, Tensor probs, Tensor qkv);

@@ -30,6 +30,10 @@ const float* as_f32(Scratch& s, int slot, Tensor t) {
 // whole weight matrix (and, in bf16, widen it) on every call. Here each weight row is read
 // once, in its own dtype, and dotted with every input row (held in cache as f32).
 constexpr int64_t kFewRows = 16;
+// Up to this many rows (a prefill chunk) linear_fwd_rows, which reads the weights in place,
+// is faster than sgemm, which packs the whole weight matrix per call; training's usual N (micro
+// batch x sequence) is beyond it.
+constexpr int64_t kRowsKernelRows = 256;
 
 // Several input rows per pass over a weight row: independent accumulators hide the FMA
 // latency, and each weight element loaded feeds one FMA per row. (Written out: GCC does not
@@ -109,6 +113,10 @@ void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias) {
     return;
   }
   const float* pin = as_f32(s, 0, in);
+  if (n <= kRowsKernelRows) {
+    expect(bias.empty() || bias.numel() == o, "linear_fwd: bias shape");
+    if (linear_fwd_rows(s, out, pin, w, bias.empty() ? nullptr : as_f32(s, 3, bias))) return;
+  }
   const float* pw = as_f32(s, 1, w);
   float* pout = out.dtype == DType::f32 ? out.as<float>() : s.get(2, out.numel());
   float beta = 0.0f;
