@@ -10,6 +10,10 @@ shift || true
 presets=("$@")
 ((${#presets[@]})) || presets=(inputs/models/demo-small.toml inputs/models/gpt2-124m.toml)
 threads=${OMP_NUM_THREADS:-$(nproc)}
+# Both sides use Debian's OpenBLAS: on a CPU it does not recognise it falls back to SSE3
+# kernels for both, which hides what either does with AVX-512 (scripts/openblas-core.sh).
+source scripts/openblas-core.sh
+openblas_core_for_this_cpu "$jumbo"
 for preset in "${presets[@]}"; do
   context=$(sed -n 's/^context *= *\([0-9]*\).*/\1/p' "$preset")
   prompt=$((context >= 256 ? 128 : context / 2))

@@ -77,6 +77,9 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   generate->add_option("--new-tokens", gen->opts.new_tokens, "tokens generated per sequence")
       ->capture_default_str();
   generate->add_option("--repeats", gen->opts.repeats, "timed repeats (median)")->capture_default_str();
+  generate->add_option("--prefill-chunk", gen->opts.prefill_chunk,
+                       "prompt rows one step may add (0 = every prompt of the largest batch at "
+                       "once)")->capture_default_str();
   generate->add_option("--precision", gen->precision, "fp32 or bf16")->capture_default_str();
   generate->callback([&run, gen] {
     run = [gen] {
@@ -86,8 +89,10 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       for (int64_t b : gen->opts.batches) {
         if (b < 1) throw UserError(fmt::format("--batch {}: expected >= 1", b));
       }
-      if (gen->opts.prompt_tokens < 1 || gen->opts.new_tokens < 2 || gen->opts.repeats < 1) {
-        throw UserError("bench generate: --prompt >= 1, --new-tokens >= 2, --repeats >= 1");
+      if (gen->opts.prompt_tokens < 1 || gen->opts.new_tokens < 2 || gen->opts.repeats < 1 ||
+          gen->opts.prefill_chunk < 0) {
+        throw UserError("bench generate: --prompt >= 1, --new-tokens >= 2, --repeats >= 1, "
+                        "--prefill-chunk >= 0");
       }
       gen->opts.precision = gen->precision == "bf16" ? Precision::bf16 : Precision::fp32;
       const ModelConfig m = load_model_config(gen->model);

@@ -51,7 +51,8 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   e.precision = o.precision;
   e.shape.cache_slots = max_batch;
   e.shape.max_sampled = max_batch;
-  e.shape.max_rows = std::max(o.prompt_tokens, max_batch);
+  const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : max_batch * o.prompt_tokens;
+  e.shape.max_rows = std::max(chunk, max_batch);
   GenerationEngine engine(model, e, backend, world);
   engine.decoder().params().initialize(backend, 1234);
 
@@ -101,10 +102,14 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
 std::string describe(const GenerateBenchResult& r, const ModelConfig& model,
                      const GenerateBenchOptions& o) {
   std::string out = fmt::format(
-      "bench generate: {} ({} weight bytes, {}), prompt {} tokens, {} new tokens, {} threads\n"
+      "bench generate: {} ({} weight bytes, {}), prompt {} tokens, {} new tokens, prefill chunk {} "
+      "rows, {} threads\n"
       "{:>6} {:>16} {:>16} {:>14}\n",
       model.name, static_cast<int64_t>(r.weight_bytes), to_string(o.precision), o.prompt_tokens,
-      o.new_tokens, omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
+      o.new_tokens,
+      o.prefill_chunk > 0 ? o.prefill_chunk
+                          : *std::max_element(o.batches.begin(), o.batches.end()) * o.prompt_tokens,
+      omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
   nlohmann::json rows = nlohmann::json::array();
   for (const GenerateBenchRow& row : r.rows) {
     out += fmt::format("{:>6} {:>16.1f} {:>16.1f} {:>11.2f} ms\n", row.batch,

@@ -18,6 +18,9 @@ struct GenerateBenchOptions {
   int64_t prompt_tokens = 128;
   int64_t new_tokens = 32;
   int64_t repeats = 3;  // each measured this many times; the median is reported
+  // Prompt rows one step may add (`--prefill-chunk` of generate and serve); 0 = every prompt
+  // of the largest batch in one step, one forward as a batched framework's prefill.
+  int64_t prefill_chunk = 0;
   Precision precision = Precision::fp32;
 };
 
