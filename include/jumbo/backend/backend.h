@@ -163,6 +163,9 @@ class Backend {
 void write_from_f32(Backend& backend, Tensor dst, const float* src);
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Bytes of scratch the CPU backend's linear layer keeps after a call on `rows` input rows of
+// width `k` (f32), beyond its operands: what the memory plan adds for it. 0 where none is kept.
+int64_t cpu_linear_scratch_bytes(int64_t rows, int64_t k);
 // The CUDA backend on GPU `device` (the local rank). In a build without -DJUMBO_CUDA=ON it
 // throws UserError saying so; without a usable GPU, UserError naming the CUDA error.
 std::unique_ptr<Backend> make_cuda_backend(int device);

@@ -56,6 +56,10 @@ void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias);
 // (may be null): kernels_matmul_rows.cpp. False, doing nothing, where it is not built (a
 // host without AVX-512).
 bool linear_fwd_rows(Scratch& s, Tensor out, const float* in, Tensor w, const float* bias);
+// The f32 panels linear_fwd_rows keeps in scratch for `rows` x `k` inputs (0 where not built).
+int64_t linear_rows_panel_floats(int64_t rows, int64_t k);
+// Up to this many rows linear_fwd runs linear_fwd_rows.
+inline constexpr int64_t kRowsKernelRows = 256;
 void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
 void attention_fwd(Tensor out, Tensor probs, Tensor qkv);

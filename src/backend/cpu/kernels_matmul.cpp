@@ -30,10 +30,9 @@ const float* as_f32(Scratch& s, int slot, Tensor t) {
 // whole weight matrix (and, in bf16, widen it) on every call. Here each weight row is read
 // once, in its own dtype, and dotted with every input row (held in cache as f32).
 constexpr int64_t kFewRows = 16;
-// Up to this many rows (a prefill chunk) linear_fwd_rows, which reads the weights in place,
-// is faster than sgemm, which packs the whole weight matrix per call; training's usual N (micro
-// batch x sequence) is beyond it.
-constexpr int64_t kRowsKernelRows = 256;
+// Up to kRowsKernelRows (kernels.h: a prefill chunk) linear_fwd_rows, which reads the weights
+// in place, is faster than sgemm, which packs the whole weight matrix per call; training's
+// usual N (micro batch x sequence) is beyond it.
 
 // Several input rows per pass over a weight row: independent accumulators hide the FMA
 // latency, and each weight element loaded feeds one FMA per row. (Written out: GCC does not
@@ -170,3 +169,12 @@ void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
 }
 
 }  // namespace jumbo::cpu
+
+namespace jumbo {
+
+int64_t cpu_linear_scratch_bytes(int64_t rows, int64_t k) {
+  if (rows <= cpu::kFewRows || rows > cpu::kRowsKernelRows) return 0;  // no panels kept
+  return 4 * cpu::linear_rows_panel_floats(rows, k);
+}
+
+}  // namespace jumbo

@@ -188,10 +188,20 @@ void chunk_linear(O* out, const float* in, const W* w, const float* bias, int64_
 }  // namespace
 #endif
 
+int64_t linear_rows_panel_floats(int64_t rows, int64_t k) {
+#ifdef JUMBO_AVX512
+  return round_up(std::min(rows, kMC), kMR) * k;
+#else
+  (void)rows;
+  (void)k;
+  return 0;
+#endif
+}
+
 bool linear_fwd_rows(Scratch& s, Tensor out, const float* in, Tensor w, const float* bias) {
 #ifdef JUMBO_AVX512
   const int64_t o = w.dim(0), k = w.dim(1), n = out.numel() / o;
-  float* at = s.get(5, static_cast<size_t>(round_up(std::min(n, kMC), kMR) * k));
+  float* at = s.get(5, static_cast<size_t>(linear_rows_panel_floats(n, k)));
   dispatch_float(w.dtype, [&](auto wt) {
     dispatch_float(out.dtype, [&](auto ot) {
       using O = decltype(ot);
