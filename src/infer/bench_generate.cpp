@@ -40,6 +40,16 @@ double measure_copy_bytes_per_s(size_t bytes) {
   return best;
 }
 
+namespace {
+
+// Prompt rows one step may add: the option, or every prompt of the largest batch at once.
+int64_t prefill_rows(const GenerateBenchOptions& o) {
+  if (o.prefill_chunk > 0) return o.prefill_chunk;
+  return *std::max_element(o.batches.begin(), o.batches.end()) * o.prompt_tokens;
+}
+
+}  // namespace
+
 GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBenchOptions& o,
                                    Backend& backend, std::shared_ptr<Comm> world) {
   if (o.prompt_tokens + o.new_tokens > model.context) {
@@ -51,8 +61,7 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   e.precision = o.precision;
   e.shape.cache_slots = max_batch;
   e.shape.max_sampled = max_batch;
-  const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : max_batch * o.prompt_tokens;
-  e.shape.max_rows = std::max(chunk, max_batch);
+  e.shape.max_rows = std::max(prefill_rows(o), max_batch);
   GenerationEngine engine(model, e, backend, world);
   engine.decoder().params().initialize(backend, 1234);
 
@@ -106,10 +115,7 @@ std::string describe(const GenerateBenchResult& r, const ModelConfig& model,
       "rows, {} threads\n"
       "{:>6} {:>16} {:>16} {:>14}\n",
       model.name, static_cast<int64_t>(r.weight_bytes), to_string(o.precision), o.prompt_tokens,
-      o.new_tokens,
-      o.prefill_chunk > 0 ? o.prefill_chunk
-                          : *std::max_element(o.batches.begin(), o.batches.end()) * o.prompt_tokens,
-      omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
+      o.new_tokens, prefill_rows(o), omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
   nlohmann::json rows = nlohmann::json::array();
   for (const GenerateBenchRow& row : r.rows) {
     out += fmt::format("{:>6} {:>16.1f} {:>16.1f} {:>11.2f} ms\n", row.batch,

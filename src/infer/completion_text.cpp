@@ -64,7 +64,6 @@ CompletionText::CompletionText(const Tokenizer& tokenizer, std::vector<std::stri
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
   const size_t keep = std::min(prompt.size(), kContextTokens);
   context_.assign(prompt.end() - static_cast<std::ptrdiff_t>(keep), prompt.end());
-  context_tokens_ = keep;
   context_text_ = tokenizer_.decode(context_);
 }
 

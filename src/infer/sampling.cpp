@@ -21,8 +21,8 @@ double uniform_of(uint64_t seed, uint64_t stream, int64_t index) {
 
 namespace {
 
-// log of the softmax's normaliser, in double, and the argmax (ties: the lower id).
-std::pair<double, int32_t> log_z_and_argmax(std::span<const float> logits) {
+// The most likely id (ties: the lower).
+int32_t argmax(std::span<const float> logits) {
   const int64_t v = static_cast<int64_t>(logits.size());
   double mx = -INFINITY;
   int32_t best = 0;
@@ -32,6 +32,14 @@ std::pair<double, int32_t> log_z_and_argmax(std::span<const float> logits) {
       best = static_cast<int32_t>(i);
     }
   }
+  return best;
+}
+
+// log of the softmax's normaliser, in double, and the argmax.
+std::pair<double, int32_t> log_z_and_argmax(std::span<const float> logits) {
+  const int64_t v = static_cast<int64_t>(logits.size());
+  const int32_t best = argmax(logits);
+  const double mx = logits[best];
   double sum = 0;
   for (int64_t i = 0; i < v; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
   return {mx + std::log(sum), best};
@@ -70,8 +78,7 @@ void apply_logit_adjustments(std::span<float> logits, const SamplingParams& para
 }
 
 TokenPick score_token(std::span<const float> logits, int32_t target, int64_t alternatives) {
-  const auto [log_z, best] = log_z_and_argmax(logits);
-  (void)best;
+  const double log_z = log_z_and_argmax(logits).first;
   TokenPick pick;
   pick.token = target;
   pick.logprob = static_cast<float>(logits[target] - log_z);
@@ -85,17 +92,8 @@ TokenPick pick_token(std::span<const float> model_logits, const SamplingParams& 
   // What the token is picked from: the adjusted row when there is one.
   const std::span<const float> logits = adjusted.empty() ? model_logits : adjusted;
   const int64_t v = static_cast<int64_t>(logits.size());
-  int32_t best = model_best;
-  double mx = model_logits[model_best];
-  if (!adjusted.empty()) {
-    mx = -INFINITY;
-    for (int64_t i = 0; i < v; ++i) {
-      if (logits[i] > mx) {
-        mx = logits[i];
-        best = static_cast<int32_t>(i);
-      }
-    }
-  }
+  const int32_t best = adjusted.empty() ? model_best : argmax(adjusted);
+  const double mx = logits[best];
 
   TokenPick pick;
   if (params.temperature <= 0) {

@@ -71,7 +71,9 @@ TEST(CompletionText, IsTheContinuationOfThePromptsText) {
             << path << " prompt \"" << kPrompts[p] << "\" after " << k + 1 << " tokens";
       }
       // The first token of ordinary text keeps its space: " and", not "and".
-      if (!kPrompts[p].empty()) EXPECT_EQ(text.text().substr(0, 4), " and") << kPrompts[p];
+      if (!kPrompts[p].empty()) {
+        EXPECT_EQ(text.text().substr(0, 4), " and") << kPrompts[p];
+      }
       // Each token owns the bytes it settled: the texts join to the text.
       std::string joined;
       for (size_t i = 0; i < completion.size(); ++i) {

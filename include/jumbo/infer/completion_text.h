@@ -49,7 +49,6 @@ class CompletionText {
   const Tokenizer& tokenizer_;
   std::vector<std::string> stops_;
   std::vector<int32_t> context_;  // the prompt's last tokens, then the completion's
-  size_t context_tokens_ = 0;
   std::string context_text_;      // decode of the prompt's last tokens alone
   std::vector<int32_t> tokens_;
   std::vector<size_t> settled_;   // per token: bytes of text that no later token changes

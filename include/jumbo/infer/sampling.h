@@ -20,7 +20,7 @@ struct SamplingParams {
   // OpenAI's penalties, over the tokens generated so far (not the prompt, as vLLM): a token
   // that occurred c times loses c x frequency_penalty + presence_penalty (c > 0) of logit.
   double frequency_penalty = 0, presence_penalty = 0;
-  std::vector<std::pair<int32_t, float>> logit_bias;  // added to those tokens' logits
+  std::vector<std::pair<int32_t, float>> logit_bias = {};  // added to those tokens' logits
   bool adjusts_logits() const {
     return frequency_penalty != 0 || presence_penalty != 0 || !logit_bias.empty();
   }
