@@ -24,6 +24,7 @@
 
 #include "../backend/cuda/cuda_stream.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/comm/nccl_log.h"
 #include "jumbo/comm/watchdog.h"
 
 namespace jumbo {
@@ -250,9 +251,12 @@ class NcclComm final : public Comm {
   void check(ncclResult_t r, const char* what) const {
     if (r == ncclSuccess) return;
     const char* last = ncclGetLastError(comm_);
-    throw std::runtime_error(fmt::format("{} on group {} (rank {} of {}): {}{}{}", what, name_,
+    // NCCL's own lines (its WARNs included) go to the file capture_nccl_log arranged.
+    const std::string& log = nccl_log_setup().path;
+    throw std::runtime_error(fmt::format("{} on group {} (rank {} of {}): {}{}{}{}", what, name_,
                                          rank_, size_, ncclGetErrorString(r),
-                                         last && *last ? ": " : "", last ? last : ""));
+                                         last && *last ? ": " : "", last ? last : "",
+                                         log.empty() ? "" : "; NCCL's log: " + log));
   }
   // A peer that failed (or a network error) shows up here, not as a hang of the next wait.
   void check_async_error() {
@@ -302,6 +306,8 @@ std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, Stream& st
     throw std::logic_error(fmt::format("make_nccl_comm({}): NCCL needs the CUDA backend's stream, "
                                        "got a {} one", bootstrap->name(), to_string(stream.device())));
   }
+  // Before NCCL's first call in this process: it reads NCCL_DEBUG* once (src/debug.cc).
+  capture_nccl_log(bootstrap->rank());
   const std::string name = bootstrap->name();
   return std::make_shared<NcclComm>(std::move(bootstrap), cuda_stream->handle(), name);
 }

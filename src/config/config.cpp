@@ -28,4 +28,14 @@ const char* to_string(AnomalyKind k) {
   return "unknown";
 }
 
+const char* to_string(ExpectNetwork e) {
+  switch (e) {
+    case ExpectNetwork::any: return "any";
+    case ExpectNetwork::efa: return "efa";
+    case ExpectNetwork::ib: return "ib";
+    case ExpectNetwork::socket: return "socket";
+  }
+  return "unknown";
+}
+
 }  // namespace jumbo

@@ -71,6 +71,7 @@ const Choice* choice_for() {
   else if constexpr (std::is_same_v<T, Recompute>) return choice_of<Recompute, 3>();
   else if constexpr (std::is_same_v<T, Device>) return choice_of<Device, 2>();
   else if constexpr (std::is_same_v<T, AnomalyAction>) return choice_of<AnomalyAction, 3>();
+  else if constexpr (std::is_same_v<T, ExpectNetwork>) return choice_of<ExpectNetwork, 4>();
   else return nullptr;
 }
 
@@ -136,6 +137,7 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(log, comm), JUMBO_FIELD(log, emf_file), JUMBO_FIELD(log, emf_address),
         JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name),
         JUMBO_FIELD(log, straggler_ratio), JUMBO_FIELD(log, straggler_intervals)}},
+      {"comm", {JUMBO_FIELD(comm, expect_network)}},
   };
   return sections;
 }

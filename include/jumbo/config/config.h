@@ -171,6 +171,15 @@ struct LogConfig {
   int64_t straggler_intervals = 2;
 };
 
+// The network NCCL must have chosen on every rank ([comm] expect_network, docs/config.md):
+// any (record it, refuse nothing), EFA through aws-ofi-nccl, NCCL's InfiniBand, its sockets.
+enum class ExpectNetwork { any, efa, ib, socket };
+const char* to_string(ExpectNetwork e);
+
+struct CommConfig {
+  ExpectNetwork expect_network = ExpectNetwork::any;
+};
+
 struct RunConfig {
   std::string source = "<embedded demo>";  // file the config was read from, for messages
   ModelConfig model;
@@ -179,6 +188,7 @@ struct RunConfig {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  CommConfig comm;
 };
 
 // Reads a run config TOML file, applies `section.key=value` overrides, validates.
