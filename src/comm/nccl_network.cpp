@@ -27,10 +27,13 @@ std::string env_or_empty(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
+// The host as NCCL names it in its lines and in %h (src/misc/utils.cc, getHostName with
+// delimiter '.'): up to the first '.'.
 std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
+  const std::string full = buf;
+  return full.substr(0, full.find('.'));
 }
 
 std::string upper(std::string s) {

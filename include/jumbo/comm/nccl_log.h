@@ -3,9 +3,9 @@
 // ncclConfig_t.netName only asks for one), and a net plugin that fails to load is reported at
 // INFO only, after which NCCL falls back to its IB or socket transport without a warning.
 //
-// The run (train/trainer.cpp) asks NCCL for INIT and NET lines in one file per rank
-// (capture_nccl_log, before the first NCCL call), parses this rank's file after its
-// communicators exist, gathers one record per rank to rank 0 and refuses to train when
+// make_nccl_comm asks NCCL for its INIT and NET lines in one file per rank (capture_nccl_log,
+// before this process's first NCCL call); the trainer, once its communicators exist, parses
+// each rank's file, counts the ranks per network on rank 0 and refuses to train when
 // [comm] expect_network is not met (check_nccl_network). Everything here but the file NCCL
 // writes runs without NCCL: the MPI tests hand each rank a log of real NCCL lines.
 #include <string>
