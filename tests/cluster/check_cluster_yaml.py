@@ -1,9 +1,10 @@
 """Checks the rendered ParallelCluster config and its companions (tests/cluster/cluster_yaml.sh).
 
-    check_cluster_yaml.py SOURCE_DIR RENDERED_YAML CAPACITY NAME=VALUE...
+    check_cluster_yaml.py SOURCE_DIR RENDERED_YAML CAPACITY INSTANCE NAME=VALUE... plan.KEY=VALUE...
 
-CAPACITY is the render.sh --capacity variant (ondemand, odcr, block); NAME=VALUE are the
-placeholder values the YAML was rendered with. The keys and enums are checked against
+CAPACITY is the render.sh --capacity variant (ondemand, odcr, block), INSTANCE its --instance
+(p4d.24xlarge, p5.48xlarge); NAME=VALUE are the placeholder values the YAML was rendered with;
+plan.KEY=VALUE the `jumbo plan --storage` lines it was sized from. The keys and enums are checked against
 ParallelCluster's own schema, read from its source (tests/cluster/pcluster_schema.json says
 which commit and files). Prints one line per failed
 check, naming the key and what was expected, then a summary; exits 1 if any check failed.
@@ -13,6 +14,7 @@ Needs PyYAML (Debian: python3-yaml).
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -51,6 +53,10 @@ def placeholders_in(text):
 
 BASE_PLACEHOLDERS = {"AWS_REGION", "HEAD_SUBNET_ID", "COMPUTE_SUBNET_ID", "SSH_KEY_NAME", "S3_BUCKET"}
 RESERVED_PLACEHOLDERS = {"CAPACITY_RESERVATION_ID", "RESERVED_NODES"}
+COMPUTED_PLACEHOLDERS = {"FSX_STORAGE_GIB", "FSX_THROUGHPUT_PER_TIB"}  # render.sh, from the plan
+# Per instance type: the head node's type (its CPU runs the compute queue's -march code) and
+# the -march of the jumbo build (on-node-configured.sh --arch).
+INSTANCES = {"p4d.24xlarge": ("c6i.2xlarge", "cascadelake"), "p5.48xlarge": ("c6a.2xlarge", "znver3")}
 
 
 def check_placeholders(source, rendered_text, values, capacity):
@@ -66,8 +72,9 @@ def check_placeholders(source, rendered_text, values, capacity):
     check(documented == body, "cluster.yaml placeholders",
           f"those used in the body {sorted(body)} listed in the comment block at the top",
           sorted(documented))
-    check(body == BASE_PLACEHOLDERS | RESERVED_PLACEHOLDERS, "cluster.yaml placeholders",
-          f"{sorted(BASE_PLACEHOLDERS | RESERVED_PLACEHOLDERS)} over all variants", sorted(body))
+    every = BASE_PLACEHOLDERS | RESERVED_PLACEHOLDERS | COMPUTED_PLACEHOLDERS
+    check(body == every, "cluster.yaml placeholders", f"{sorted(every)} over all variants",
+          sorted(body))
     wanted = BASE_PLACEHOLDERS | (RESERVED_PLACEHOLDERS if capacity != "ondemand" else set())
     check(set(values) == wanted, f"render.sh --capacity {capacity}: placeholders",
           f"the test to render with {sorted(wanted)}", sorted(values))
@@ -84,7 +91,7 @@ def check_placeholders(source, rendered_text, values, capacity):
           [line.strip() for line in rendered_text.splitlines() if "${" in line][:3])
 
 
-def check_cluster(config, values, source, capacity):
+def check_cluster(config, values, source, capacity, instance):
     bucket = values.get("S3_BUCKET", "")
     check(get(config, "Region") == values.get("AWS_REGION"), "Region",
           repr(values.get("AWS_REGION")), get(config, "Region"))
@@ -99,9 +106,10 @@ def check_cluster(config, values, source, capacity):
           f"the OS on-node-configured.sh installs for (SUPPORTED_OS={script_os})",
           get(config, "Image.Os"))
 
-    head_type = get(config, "HeadNode.InstanceType")
-    check(isinstance(head_type, str) and head_type != "", "HeadNode.InstanceType",
-          "an instance type", head_type)
+    head_type, arch = INSTANCES[instance]
+    check(get(config, "HeadNode.InstanceType") == head_type, "HeadNode.InstanceType",
+          f"{head_type!r} with {instance} (its CPU runs -march={arch} code)",
+          get(config, "HeadNode.InstanceType"))
     check(get(config, "HeadNode.Networking.SubnetId") == values.get("HEAD_SUBNET_ID"),
           "HeadNode.Networking.SubnetId", repr(values.get("HEAD_SUBNET_ID")),
           get(config, "HeadNode.Networking.SubnetId"))
@@ -109,7 +117,7 @@ def check_cluster(config, values, source, capacity):
           "HeadNode.Ssh.KeyName", repr(values.get("SSH_KEY_NAME")),
           get(config, "HeadNode.Ssh.KeyName"))
     check_custom_action(get(config, "HeadNode.CustomActions.OnNodeConfigured"),
-                        "HeadNode.CustomActions.OnNodeConfigured", bucket, "head")
+                        "HeadNode.CustomActions.OnNodeConfigured", bucket, "head", arch)
     check_s3_access(get(config, "HeadNode.Iam.S3Access"), "HeadNode.Iam.S3Access", bucket)
 
     check(get(config, "Scheduling.Scheduler") == "slurm", "Scheduling.Scheduler", "'slurm'",
@@ -118,17 +126,21 @@ def check_cluster(config, values, source, capacity):
     if not check(isinstance(queues, list) and queues, "Scheduling.SlurmQueues",
                  "a list of queues", queues):
         return
-    # The queue that holds the p4d compute resource is the one the rest must be right for.
+    # The queue that holds the GPU compute resource is the one the rest must be right for.
     found = None
+    others = [get(r, "InstanceType") for q in queues for r in (get(q, "ComputeResources") or [])
+              if str(get(r, "InstanceType")).startswith("p") and get(r, "InstanceType") != instance]
+    check(not others, "Scheduling.SlurmQueues[].ComputeResources[].InstanceType",
+          f"no GPU instance type but {instance}", others)
     for qi, queue in enumerate(queues):
         for ci, resource in enumerate(get(queue, "ComputeResources") or []):
-            if get(resource, "InstanceType") == "p4d.24xlarge":
+            if get(resource, "InstanceType") == instance:
                 found = (qi, queue, ci, resource)
                 break
         if found:
             break
     if not check(found is not None, "Scheduling.SlurmQueues[].ComputeResources[].InstanceType",
-                 "a compute resource of p4d.24xlarge"):
+                 f"a compute resource of {instance}"):
         return
     qi, queue, ci, resource = found
     q = f"Scheduling.SlurmQueues[{qi}]"
@@ -146,7 +158,7 @@ def check_cluster(config, values, source, capacity):
 
 
 def check_capacity(queue, q, resource, r, values, capacity):
-    """The p4d queue's capacity rules per variant (ParallelCluster's validators:
+    """The GPU queue's capacity rules per variant (ParallelCluster's validators:
     cli/src/pcluster/validators/cluster_validators.py ComputeResourceSizeValidator and
     ec2_validators.py CapacityTypeValidator, PlacementGroupCapacityTypeValidator)."""
     min_count, max_count = get(resource, "MinCount"), get(resource, "MaxCount")
@@ -155,7 +167,7 @@ def check_capacity(queue, q, resource, r, values, capacity):
     ctype = get(queue, "CapacityType")
     if capacity == "ondemand":
         check(ctype == "ONDEMAND", f"{q}.CapacityType", "'ONDEMAND'", ctype)
-        check(min_count == 0, f"{r}.MinCount", "0 (no idle p4d billed between jobs)", min_count)
+        check(min_count == 0, f"{r}.MinCount", "0 (no idle GPU node billed between jobs)", min_count)
         check(isinstance(max_count, int) and max_count >= 1, f"{r}.MaxCount", "an integer >= 1",
               max_count)
         check(pg is True, f"{q}.Networking.PlacementGroup.Enabled", "true", pg)
@@ -224,7 +236,7 @@ def check_schema(node, schema_name, where, schemas, enums):
                              schemas, enums)
 
 
-def check_custom_action(action, where, bucket, role):
+def check_custom_action(action, where, bucket, role, arch=None):
     script = get(action, "Script") if action is not MISSING else MISSING
     check(script == f"s3://{bucket}/jumbo/on-node-configured.sh", f"{where}.Script",
           f"'s3://{bucket}/jumbo/on-node-configured.sh'", script)
@@ -235,6 +247,8 @@ def check_custom_action(action, where, bucket, role):
         check(pairs.get("--role") == role, f"{where}.Args --role", repr(role), pairs.get("--role"))
         check(pairs.get("--artifacts") == f"s3://{bucket}/jumbo", f"{where}.Args --artifacts",
               f"'s3://{bucket}/jumbo'", pairs.get("--artifacts"))
+        if arch:
+            check(pairs.get("--arch") == arch, f"{where}.Args --arch", repr(arch), pairs.get("--arch"))
 
 
 def check_s3_access(access, where, bucket):
@@ -243,7 +257,7 @@ def check_s3_access(access, where, bucket):
           f"an entry for {bucket!r}", names)
 
 
-def check_storage(config, values):
+def check_storage(config, values, plan, source, rendered_text):
     storage = get(config, "SharedStorage")
     entries = [s for s in storage if get(s, "StorageType") == "FsxLustre"] \
         if isinstance(storage, list) else []
@@ -257,34 +271,103 @@ def check_storage(config, values):
     s = get(fsx, "FsxLustreSettings")
     check(get(s, "DeploymentType") == "PERSISTENT_2", f"{w}.FsxLustreSettings.DeploymentType",
           "'PERSISTENT_2'", get(s, "DeploymentType"))
-    check(get(s, "PerUnitStorageThroughput") in (125, 250, 500, 1000),
-          f"{w}.FsxLustreSettings.PerUnitStorageThroughput", "125, 250, 500 or 1000 (MB/s/TiB)",
-          get(s, "PerUnitStorageThroughput"))
-    capacity = get(s, "StorageCapacity")
-    check(isinstance(capacity, int) and (capacity in (1200, 2400) or
-                                         (capacity > 0 and capacity % 2400 == 0)),
-          f"{w}.FsxLustreSettings.StorageCapacity",
-          "1200, 2400 or a multiple of 2400 GiB (PERSISTENT_2 sizes)", capacity)
+    check(get(s, "DeletionPolicy") == "Retain", f"{w}.FsxLustreSettings.DeletionPolicy",
+          "'Retain' (unexported files and /fsx/jumbo/runs would die with the cluster)",
+          get(s, "DeletionPolicy"))
+    check_sizing(s, w, plan, rendered_text)
     # PERSISTENT_2 links to S3 through a data repository association, never ImportPath.
     check(get(s, "ImportPath") is MISSING and get(s, "ExportPath") is MISSING,
           f"{w}.FsxLustreSettings.ImportPath/ExportPath",
           "absent (PERSISTENT_2 uses DataRepositoryAssociations)", get(s, "ImportPath"))
     associations = get(s, "DataRepositoryAssociations")
-    if check(isinstance(associations, list) and associations,
-             f"{w}.FsxLustreSettings.DataRepositoryAssociations", "a list", associations):
-        bucket = values.get("S3_BUCKET", "")
-        for i, dra in enumerate(associations):
-            d = f"{w}.FsxLustreSettings.DataRepositoryAssociations[{i}]"
-            for key in ("Name", "DataRepositoryPath", "FileSystemPath"):
-                check(isinstance(get(dra, key), str), f"{d}.{key}", "a string", get(dra, key))
-            check(str(get(dra, "DataRepositoryPath")).startswith(f"s3://{bucket}/"),
-                  f"{d}.DataRepositoryPath", f"a path in s3://{bucket}/",
-                  get(dra, "DataRepositoryPath"))
-            for key in ("AutoImportPolicy", "AutoExportPolicy"):
-                events = get(dra, key)
-                check(events is MISSING or (isinstance(events, list) and
-                                            set(events) <= {"NEW", "CHANGED", "DELETED"}),
-                      f"{d}.{key}", "a list of NEW, CHANGED, DELETED", events)
+    if not check(isinstance(associations, list) and associations,
+                 f"{w}.FsxLustreSettings.DataRepositoryAssociations", "a list", associations):
+        return
+    bucket = values.get("S3_BUCKET", "")
+    paths = []
+    for i, dra in enumerate(associations):
+        d = f"{w}.FsxLustreSettings.DataRepositoryAssociations[{i}]"
+        for key in ("Name", "DataRepositoryPath", "FileSystemPath"):
+            check(isinstance(get(dra, key), str), f"{d}.{key}", "a string", get(dra, key))
+        check(str(get(dra, "DataRepositoryPath")).startswith(f"s3://{bucket}/"),
+              f"{d}.DataRepositoryPath", f"a path in s3://{bucket}/", get(dra, "DataRepositoryPath"))
+        for key in ("AutoImportPolicy", "AutoExportPolicy"):
+            events = get(dra, key)
+            check(events is MISSING or (isinstance(events, list) and
+                                        set(events) <= {"NEW", "CHANGED", "DELETED"}),
+                  f"{d}.{key}", "a list of NEW, CHANGED, DELETED", events)
+        # S3 is a backup: nothing deleted on the file system is deleted in S3.
+        events = get(dra, "AutoExportPolicy")
+        check(not isinstance(events, list) or "DELETED" not in events, f"{d}.AutoExportPolicy",
+              "no DELETED (a deletion on FSx, e.g. checkpoint retention, must not delete the S3 copy)",
+              events)
+        paths.append(str(get(dra, "FileSystemPath")).rstrip("/"))
+    for a in paths:
+        for b in paths:
+            check(a == b or not b.startswith(a + "/"),
+                  f"{w}.FsxLustreSettings.DataRepositoryAssociations[].FileSystemPath",
+                  f"paths that do not nest (FSx refuses overlapping associations): {a} holds {b}", paths)
+    # The run's checkpoint directory lies under an association that exports new and changed files.
+    run = tomllib.loads((source / "inputs/runs/j1-jumbo.toml").read_text())
+    ckpt = run.get("checkpoint", {}).get("dir", "")
+    mount = str(get(fsx, "MountDir")).rstrip("/")
+    covering = [dra for dra in associations
+                if ckpt.startswith(mount + str(get(dra, "FileSystemPath")).rstrip("/") + "/")]
+    if check(len(covering) == 1, f"{w}.FsxLustreSettings.DataRepositoryAssociations",
+             f"one association whose FileSystemPath holds checkpoint.dir {ckpt!r} of "
+             "inputs/runs/j1-jumbo.toml", paths):
+        name = get(covering[0], "Name")
+        events = get(covering[0], "AutoExportPolicy")
+        check(isinstance(events, list) and {"NEW", "CHANGED"} <= set(events),
+              f"{w}.FsxLustreSettings.DataRepositoryAssociations[{name}].AutoExportPolicy",
+              "NEW and CHANGED (every file of a save reaches S3)", events)
+        check(get(covering[0], "BatchImportMetaDataOnCreate") is True,
+              f"{w}.FsxLustreSettings.DataRepositoryAssociations[{name}].BatchImportMetaDataOnCreate",
+              "true (a new cluster lists the checkpoints already in S3)",
+              get(covering[0], "BatchImportMetaDataOnCreate"))
+
+
+TIERS = (125, 250, 500, 1000)  # PERSISTENT_2 MB/s/TiB (FSx for Lustre User Guide)
+
+
+def fsx_size(gib):
+    """The smallest PERSISTENT_2 SSD size >= gib: 1200, 2400, then multiples of 2400."""
+    return 1200 if gib <= 1200 else -(-gib // 2400) * 2400
+
+
+def fs_rate(tier, gib):
+    """Bytes/s of a file system of gib GiB at tier MB/s/TiB (MB = 10^6 bytes, TiB = 1024 GiB)."""
+    return tier * 10**6 * gib // 1024
+
+
+def check_sizing(s, w, plan, rendered_text):
+    """StorageCapacity and PerUnitStorageThroughput against the plan, worked out here again."""
+    capacity = get(s, "StorageCapacity")
+    tier = get(s, "PerUnitStorageThroughput")
+    check(isinstance(capacity, int) and capacity == fsx_size(capacity),
+          f"{w}.FsxLustreSettings.StorageCapacity",
+          "1200, 2400 or a multiple of 2400 GiB (PERSISTENT_2 sizes)", capacity)
+    check(tier in TIERS, f"{w}.FsxLustreSettings.PerUnitStorageThroughput",
+          "125, 250, 500 or 1000 (MB/s/TiB)", tier)
+    if not (isinstance(capacity, int) and tier in TIERS and plan):
+        return
+    peak = plan["peak_bytes"]
+    need = -(-(peak * 5 // 4) // 2**30)
+    smallest = fsx_size(need)
+    if fs_rate(1000, smallest) < plan["save_bytes_per_s"]:  # grown to be fast enough
+        smallest = fsx_size(-(-plan["save_bytes_per_s"] * 1024 // (1000 * 10**6)))
+    check(capacity == smallest, f"{w}.FsxLustreSettings.StorageCapacity",
+          f"{smallest} GiB: peak {peak} bytes x 1.25 = {need} GiB, rounded up to a PERSISTENT_2 size",
+          capacity)
+    fast = [t for t in TIERS if fs_rate(t, capacity) >= plan["save_bytes_per_s"]]
+    check(bool(fast) and tier == fast[0], f"{w}.FsxLustreSettings.PerUnitStorageThroughput",
+          f"the smallest tier writing save_bytes_per_s={plan['save_bytes_per_s']} at {capacity} GiB "
+          f"({fast[0] if fast else 'none'})", tier)
+    for key in ("checkpoint_bytes", "checkpoints_at_peak", "peak_bytes", "save_bytes_per_s"):
+        check(f"{key}={plan[key]}" in rendered_text, f"rendered cluster.yaml: {key}",
+              "the plan's line in the sizing comments")
+    check("x 1.25 margin" in rendered_text, "rendered cluster.yaml: sizing comments",
+          "the margin stated (x 1.25 margin)")
 
 
 def check_monitoring(config):
@@ -322,12 +405,14 @@ def check_agent_config(source):
 
 
 def main(argv):
-    if len(argv) < 4 or argv[3] not in ("ondemand", "odcr", "block"):
+    if len(argv) < 5 or argv[3] not in ("ondemand", "odcr", "block") or argv[4] not in INSTANCES:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     source, rendered = Path(argv[1]), Path(argv[2])
-    capacity = argv[3]
-    values = dict(arg.split("=", 1) for arg in argv[4:])
+    capacity, instance = argv[3], argv[4]
+    pairs = dict(arg.split("=", 1) for arg in argv[5:])
+    values = {k: v for k, v in pairs.items() if not k.startswith("plan.")}
+    plan = {k[len("plan."):]: int(v) for k, v in pairs.items() if k.startswith("plan.")}
     rendered_text = rendered.read_text()
     try:
         config = yaml.safe_load(rendered_text)
@@ -338,11 +423,11 @@ def main(argv):
         print(f"rendered cluster.yaml: expected a mapping at the top, got {type(config).__name__}")
         return 1
     check_placeholders(source, rendered_text, values, capacity)
-    check_cluster(config, values, source, capacity)
+    check_cluster(config, values, source, capacity, instance)
     check_cpu_queue(config)
     schema = json.loads((source / "tests/cluster/pcluster_schema.json").read_text())
     check_schema(config, "ClusterSchema", "", schema["schemas"], schema["enums"])
-    check_storage(config, values)
+    check_storage(config, values, plan, source, rendered_text)
     check_monitoring(config)
     check_agent_config(source)
     for line in failures:
