@@ -54,9 +54,10 @@ def placeholders_in(text):
 BASE_PLACEHOLDERS = {"AWS_REGION", "HEAD_SUBNET_ID", "COMPUTE_SUBNET_ID", "SSH_KEY_NAME", "S3_BUCKET"}
 RESERVED_PLACEHOLDERS = {"CAPACITY_RESERVATION_ID", "RESERVED_NODES"}
 COMPUTED_PLACEHOLDERS = {"FSX_STORAGE_GIB", "FSX_THROUGHPUT_PER_TIB"}  # render.sh, from the plan
-# Per instance type: the head node's type (its CPU runs the compute queue's -march code) and
-# the -march of the jumbo build (on-node-configured.sh --arch).
-INSTANCES = {"p4d.24xlarge": ("c6i.2xlarge", "cascadelake"), "p5.48xlarge": ("c6a.2xlarge", "znver3")}
+# Per instance type: the head node's type (its CPU runs the compute queue's -march code), the
+# -march and the CUDA architecture of the jumbo build (on-node-configured.sh --arch, --cuda-arch).
+INSTANCES = {"p4d.24xlarge": ("c6i.2xlarge", "cascadelake", "80"),
+             "p5.48xlarge": ("c6a.2xlarge", "znver3", "90")}
 
 
 def check_placeholders(source, rendered_text, values, capacity):
@@ -106,7 +107,7 @@ def check_cluster(config, values, source, capacity, instance):
           f"the OS on-node-configured.sh installs for (SUPPORTED_OS={script_os})",
           get(config, "Image.Os"))
 
-    head_type, arch = INSTANCES[instance]
+    head_type, arch, cuda_arch = INSTANCES[instance]
     check(get(config, "HeadNode.InstanceType") == head_type, "HeadNode.InstanceType",
           f"{head_type!r} with {instance} (its CPU runs -march={arch} code)",
           get(config, "HeadNode.InstanceType"))
@@ -117,7 +118,7 @@ def check_cluster(config, values, source, capacity, instance):
           "HeadNode.Ssh.KeyName", repr(values.get("SSH_KEY_NAME")),
           get(config, "HeadNode.Ssh.KeyName"))
     check_custom_action(get(config, "HeadNode.CustomActions.OnNodeConfigured"),
-                        "HeadNode.CustomActions.OnNodeConfigured", bucket, "head", arch)
+                        "HeadNode.CustomActions.OnNodeConfigured", bucket, "head", arch, cuda_arch)
     check_s3_access(get(config, "HeadNode.Iam.S3Access"), "HeadNode.Iam.S3Access", bucket)
 
     check(get(config, "Scheduling.Scheduler") == "slurm", "Scheduling.Scheduler", "'slurm'",
@@ -236,7 +237,7 @@ def check_schema(node, schema_name, where, schemas, enums):
                              schemas, enums)
 
 
-def check_custom_action(action, where, bucket, role, arch=None):
+def check_custom_action(action, where, bucket, role, arch=None, cuda_arch=None):
     script = get(action, "Script") if action is not MISSING else MISSING
     check(script == f"s3://{bucket}/jumbo/on-node-configured.sh", f"{where}.Script",
           f"'s3://{bucket}/jumbo/on-node-configured.sh'", script)
@@ -249,6 +250,8 @@ def check_custom_action(action, where, bucket, role, arch=None):
               f"'s3://{bucket}/jumbo'", pairs.get("--artifacts"))
         if arch:
             check(pairs.get("--arch") == arch, f"{where}.Args --arch", repr(arch), pairs.get("--arch"))
+            check(pairs.get("--cuda-arch") == cuda_arch, f"{where}.Args --cuda-arch", repr(cuda_arch),
+                  pairs.get("--cuda-arch"))
 
 
 def check_s3_access(access, where, bucket):
