@@ -7,7 +7,7 @@
 //   without "(func)"). Since 2.23 a timestamp "[%F %T] " may come first
 //   (NCCL_DEBUG_TIMESTAMP_LEVELS; WARN lines by default). src/debug.cc, ncclDebugLog.
 // - "Using network %s" with the ncclNet's name: every version, once per communicator,
-//   src/init.cc, initTransportsRank (2.18) / ncclCommInitRankFunc's path (2.30). The internal
+//   src/init.cc, commAlloc (2.18 to 2.30), subsystem INIT only. The internal
 //   transports are named "IB" (src/transport/net_ib.cc, later net_ib/common.cc) and
 //   "Socket" (src/transport/net_socket.cc). This is the line that decides.
 // - aws-ofi-nccl names itself "AWS Libfabric" up to v1.12 and "Libfabric" from v1.13, or
