@@ -7,8 +7,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <map>
 #include <set>
+
+#include <sys/statvfs.h>
+
+#include "jumbo/obs/metrics.h"
 
 namespace jumbo {
 namespace {
@@ -197,6 +203,10 @@ Manifest write_manifest(Storage& storage, const std::string& dir, Manifest heade
   return header;
 }
 
+int64_t checkpoint_room_needed(int64_t checkpoint_bytes) {
+  return checkpoint_bytes + checkpoint_bytes / 20 + (int64_t{1} << 20);
+}
+
 // ---- Checkpointer ---------------------------------------------------------------------
 
 Checkpointer::Checkpointer(const RunConfig& cfg, Comm& world)
@@ -290,9 +300,29 @@ void Checkpointer::finish_save() {
   const int64_t step = pending_header_.progress.step;
   const std::string dir = checkpoint_dir_name(step);
   if (const auto error = first_error(world_, pending_error_)) {
-    throw UserError(fmt::format("checkpoint {} not saved (the previous checkpoint is intact): {}",
-                                storage_->url(dir), *error));
+    // Every rank's write has ended (first_error is collective): rank 0 removes what this save
+    // left (shards of the ranks that succeeded, temporaries of those that did not), so a full
+    // file system keeps only complete checkpoints and the next save finds its space. The
+    // others wait for it: the error ends the job, and an abort must not cut the removal short.
+    std::string removed = "removed";
+    if (world_.rank() == 0) {
+      try {
+        storage_->remove_all(dir);
+      } catch (const std::exception& e) {
+        removed = fmt::format("not removed: {}", e.what());
+      }
+    }
+    world_.all_reduce_scalar(0.0, ReduceOp::max);
+    const bool no_space = error->find(std::strerror(ENOSPC)) != std::string::npos;
+    throw UserError(fmt::format("checkpoint {} not saved, the partial directory {}{}: {}; the "
+                                "previous checkpoint is intact{}",
+                                storage_->url(dir), removed,
+                                world_.rank() == 0 ? "" : " by rank 0", *error,
+                                no_space ? fmt::format(" (checkpoint.dir = {} is full: free "
+                                                       "space, then resume)", cfg_.dir)
+                                         : ""));
   }
+  last_complete_step_ = step;
   const std::vector<char> mine(pending_record_.begin(), pending_record_.end());
   const std::vector<std::vector<char>> records = world_.gather_bytes(mine, 0);
   if (world_.rank() != 0) {
@@ -302,6 +332,8 @@ void Checkpointer::finish_save() {
     last_save_.total_s = now_s() - pending_started_;
     int64_t total = 0;
     for (const ShardFileInfo& f : m.files) total += f.bytes;
+    measured_bytes_ = total + static_cast<int64_t>(manifest_to_json(m).size());
+    write_last_save(step);
     print(fmt::format("checkpoint: saved step {} to {} ({} files, {:.1f} MiB, {:.2f} s{})", step,
                       storage_->url(dir), m.files.size(), static_cast<double>(total) / (1 << 20),
                       last_save_.total_s,
@@ -309,6 +341,51 @@ void Checkpointer::finish_save() {
                                  : ""));
     if (cfg_.keep_last > 0) run_io([this, step] { apply_retention(step); });
   }
+}
+
+void Checkpointer::write_last_save(int64_t step) {
+  // For the batch scripts (slurm/common.sh times a deadline stop by it): what the last save
+  // wrote and how long it took, on the same storage as the checkpoints.
+  const std::string text = fmt::format("{{\"step\":{},\"bytes\":{},\"seconds\":{:.3f}}}\n",
+                                       step, measured_bytes_, last_save_.total_s);
+  try {
+    storage_->write("last_save.json", text.data(), text.size());
+  } catch (const std::exception& e) {
+    // The checkpoint is complete; a stale timing only makes a deadline stop less exact.
+    std::fprintf(stderr, "jumbo: checkpoint: %s not written: %s\n",
+                 storage_->url("last_save.json").c_str(), e.what());
+  }
+}
+
+Checkpointer::Room Checkpointer::check_room() {
+  wait();
+  if (worker_) worker_->drain();  // the retention queued after the last save frees its space
+  // Fault injection for tests/ckpt/no_room.sh: JUMBO_TEST_CKPT_SKIP_ROOM_CHECK=1 lets a save
+  // start without room, so that it runs out of space half-way.
+  const bool skip = std::getenv("JUMBO_TEST_CKPT_SKIP_ROOM_CHECK") != nullptr;
+  std::string verdict = "1";  // rank 0's: "1" or "0", then the line
+  if (world_.rank() == 0 && !is_s3_url(cfg_.dir) && !skip) {
+    const bool measured = measured_bytes_ > 0;
+    const int64_t bytes = measured ? measured_bytes_ : expected_bytes_;
+    const int64_t needed = checkpoint_room_needed(bytes);
+    struct statvfs fs {};
+    if (::statvfs(cfg_.dir.c_str(), &fs) != 0) {
+      verdict = fmt::format("0checkpoint.dir = {}: cannot read its free space ({})", cfg_.dir,
+                            std::strerror(errno));
+    } else {
+      const int64_t free_bytes =
+          static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+      verdict = fmt::format(
+          "{}checkpoint.dir = {}: {} free ({} bytes), the next checkpoint needs {} ({} bytes: {} "
+          "bytes {} + 5% + 1 MiB)",
+          free_bytes >= needed ? 1 : 0, cfg_.dir, human_bytes(static_cast<double>(free_bytes), 2),
+          free_bytes, human_bytes(static_cast<double>(needed), 2), needed, bytes,
+          measured ? "measured on the last save" : "from the checkpoint format (docs/plan.md)");
+    }
+  }
+  std::vector<char> bytes(verdict.begin(), verdict.end());
+  world_.broadcast_bytes(bytes, 0);
+  return {bytes.front() == '1', std::string(bytes.begin() + 1, bytes.end())};
 }
 
 void Checkpointer::apply_retention(int64_t saved_step) {
@@ -454,6 +531,7 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
       throw UserError(fmt::format("checkpoint.resume = \"{}\": {}", how, *error));
     }
     load_s_ = now_s() - t0;
+    if (storage == storage_.get()) last_complete_step_ = manifest.progress.step;
     print(fmt::format("checkpoint: resumed from {} (step {}) in {:.2f} s", storage->url(dir),
                       manifest.progress.step, load_s_));
     return manifest;
@@ -463,6 +541,7 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
   std::string dir;
   if (std::optional<Manifest> m = load_newest(targets, reader, INT64_MAX, complete, dir)) {
     load_s_ = now_s() - t0;
+    last_complete_step_ = m->progress.step;
     print(fmt::format("checkpoint: resumed from {} (step {}, saved with tp {} x pp {} x dp {}{}) "
                       "in {:.2f} s", storage_->url(dir),
                       m->progress.step, m->layout.tp, m->layout.pp, m->layout.dp,

@@ -3,12 +3,14 @@
 #include <charconv>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "jumbo/config/config.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/plan/search.h"
+#include "jumbo/plan/storage.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -23,6 +25,29 @@ double parse_number(const std::string& text) {
   return ec == std::errc() && ptr == end && std::isfinite(v) ? v : std::nan("");
 }
 
+// "7200GiB", "7.5 TiB", "8e12" (bytes), "500MB": a byte count with an optional binary (KiB..PiB)
+// or decimal (KB..PB) unit, or -1 when it is not one.
+int64_t parse_bytes(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"PiB", 1125899906842624.0}, {"TiB", 1099511627776.0}, {"GiB", 1073741824.0},
+      {"MiB", 1048576.0},          {"KiB", 1024.0},          {"PB", 1e15},
+      {"TB", 1e12},                {"GB", 1e9},              {"MB", 1e6},
+      {"KB", 1e3},                 {"B", 1.0}};
+  std::string number = text;
+  double scale = 1;
+  for (const auto& [unit, factor] : kUnits) {
+    const std::string u = unit;
+    if (number.size() > u.size() && number.compare(number.size() - u.size(), u.size(), u) == 0) {
+      number.resize(number.size() - u.size());
+      scale = factor;
+      break;
+    }
+  }
+  while (!number.empty() && number.back() == ' ') number.pop_back();
+  const double v = parse_number(number) * scale;
+  return v >= 0 && v < 9.2e18 ? static_cast<int64_t>(v) : -1;
+}
+
 }  // namespace
 
 void add_plan_verb(CLI::App& app, VerbRunner& run) {
@@ -32,7 +57,8 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
     std::vector<std::string> overrides;
     int64_t nodes = 0, gpus_per_node = 8, global_batch = 0, seq = 0;
     size_t limit = 20;
-    bool best = false;
+    bool best = false, storage = false;
+    std::string data_bytes, fs_capacity, save_target = "600";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -58,9 +84,28 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
   cmd->add_option("--limit", args->limit, "rows to print; 0 = all")->capture_default_str();
   cmd->add_flag("--best", args->best,
                 "print only the recommended layout as --set overrides (for sbatch scripts)");
+  cmd->add_option("--data-bytes", args->data_bytes,
+                  "bytes of the training data (default: the run config's data files, if readable)");
+  cmd->add_option("--save-target-seconds", args->save_target,
+                  "a checkpoint save should take at most this long: sets the file-system "
+                  "throughput line (default 600: slurm/train_jumbo.sh's --signal lead)")
+      ->capture_default_str();
+  cmd->add_option("--fs-capacity", args->fs_capacity,
+                  "file-system capacity (bytes, or e.g. 7200GiB, 7.2TiB): whether the "
+                  "checkpoints and the data fit");
+  cmd->add_flag("--storage", args->storage,
+                "print only the storage of the recommended layout as key=value lines "
+                "(for parallelcluster/render.sh)");
   cmd->callback([&run, args] {
     run = [args] {
       PlanRequest r;
+      CheckpointConfig checkpoint;  // --model: the defaults of docs/config.md
+      std::string checkpoint_source =
+          "checkpoint settings: the defaults (docs/config.md: every = 0, keep_last = 0, "
+          "keep_every = 0); pass --config RUN.toml for a run's";
+      int64_t run_steps = 0;
+      std::optional<int64_t> data_bytes;
+      std::string data_unknown_why = "--model names no data";
       if (!args->model.empty()) {
         r.model = load_model_config(args->model);
         validate_model(r.model, args->model);
@@ -70,6 +115,18 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         r.model = cfg.model;
         r.target.global_batch = cfg.train.global_batch;
         args->precision = to_string(cfg.train.precision);
+        checkpoint = cfg.checkpoint;
+        checkpoint_source = fmt::format(
+            "checkpoint settings from {} (every = {}, keep_last = {}, keep_every = {})",
+            args->config, checkpoint.every, checkpoint.keep_last, checkpoint.keep_every);
+        run_steps = cfg.train.steps;
+        data_unknown_why = fmt::format("the files of data.train or data.valid of {} are not "
+                                       "readable here", args->config);
+        data_bytes = data_files_bytes(cfg.data.train);
+        if (data_bytes && !cfg.data.valid.empty()) {
+          const std::optional<int64_t> valid = data_files_bytes(cfg.data.valid);
+          data_bytes = valid ? std::optional<int64_t>(*data_bytes + *valid) : std::nullopt;
+        }
       } else {
         throw UserError("jumbo plan: give --model FILE or --config FILE");
       }
@@ -108,8 +165,51 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         throw UserError(fmt::format("jumbo plan: --price-per-node-hour {}: expected a finite "
                                     "number of USD >= 0, e.g. 32.7726",
                                     args->price));
+      if (!args->data_bytes.empty()) {
+        data_bytes = parse_bytes(args->data_bytes);
+        if (*data_bytes < 0)
+          throw UserError(fmt::format("jumbo plan: --data-bytes {}: expected a byte count, e.g. "
+                                      "1.5TiB or 1649267441664",
+                                      args->data_bytes));
+      }
+      std::optional<int64_t> fs_capacity;
+      if (!args->fs_capacity.empty()) {
+        fs_capacity = parse_bytes(args->fs_capacity);
+        if (*fs_capacity <= 0)
+          throw UserError(fmt::format("jumbo plan: --fs-capacity {}: expected a byte count > 0, "
+                                      "e.g. 7200GiB or 7.2TiB",
+                                      args->fs_capacity));
+      }
+      const double save_target = parse_number(args->save_target);
+      if (!(save_target > 0))
+        throw UserError(fmt::format("jumbo plan: --save-target-seconds {}: expected a finite "
+                                    "number of seconds > 0, e.g. 600",
+                                    args->save_target));
       int64_t searched = 0;
       const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
+      // Storage, for the layout the plan recommends.
+      const PlanCandidate* chosen = recommended_layout(fitting);
+      std::optional<StoragePlan> storage;
+      if (chosen) {
+        StoragePlan& s = storage.emplace();
+        s.checkpoint = checkpoint_size(r.model, chosen->layout);
+        const int64_t steps = r.tokens > 0 ? static_cast<int64_t>(training_cost(r, *chosen).steps)
+                                           : run_steps;
+        s.retention = checkpoints_at_peak(checkpoint, steps);
+        s.data_bytes = data_bytes;
+        s.data_unknown_why = data_unknown_why;
+        s.save_target_s = save_target;
+        s.fs_capacity = fs_capacity;
+      }
+      if (args->storage) {
+        if (!storage)
+          throw UserError(fmt::format(
+              "jumbo plan: no layout of {} fits {} nodes of {} x {} ({} layouts tried): no "
+              "storage to size",
+              r.model.name, r.nodes, r.gpus_per_node, r.gpu.label, searched));
+        fmt::print("{}", format_storage_keys(*storage));
+        return 0;
+      }
       if (args->best) {
         const PlanCandidate* best = recommended_layout(fitting);
         if (!best)
@@ -120,6 +220,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         return 0;
       }
       fmt::print("{}", format_plan(r, fitting, searched, args->limit));
+      if (storage) fmt::print("{}", format_storage(*storage, chosen->layout, checkpoint_source));
       return fitting.empty() ? 1 : 0;
     };
   });

@@ -64,6 +64,7 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
                                     "(once, then trains)", e.what()));
       }
       const TrainSummary s = trainer->run();
+      if (s.stop_no_room) return kExitStoppedForRequeue;
       if (s.stop_signal != 0) return s.stop_saved ? kExitStoppedForRequeue : 128 + s.stop_signal;
       if (mpi_world()->rank() == 0) {
         fmt::print("done: {} steps, final loss {:.4f}", s.steps, s.final_loss);

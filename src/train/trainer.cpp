@@ -67,6 +67,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   print_start();
   if (!cfg_.checkpoint.dir.empty() || cfg_.checkpoint.resume != "none") {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *world_);
+    check_checkpoint_room_at_start();
     resume_from_checkpoint();
   }
 }
@@ -234,7 +235,10 @@ TrainSummary Trainer::run() {
     summary.final_loss = r.loss;
     summary.steps = step;
     step_ = step;
-    if (checkpointer_ && checkpointer_->due(step, steps)) save_checkpoint(step, lr, batch);
+    if (checkpointer_ && checkpointer_->due(step, steps) && !save_checkpoint(step, lr, batch)) {
+      summary.stop_no_room = true;
+      break;
+    }
     // Every rank stops after the same step: the first signal any of them got decides.
     const int signal = static_cast<int>(
         world_->all_reduce_scalar(static_cast<double>(stop_signal_received()), ReduceOp::max));

@@ -2,6 +2,7 @@
 // the saves of the run, the resume at its start, and the save of a graceful stop.
 #include <fmt/format.h>
 
+#include "jumbo/plan/storage.h"
 #include "jumbo/train/checkpoint_io.h"
 #include "jumbo/train/stop_signal.h"
 #include "jumbo/train/trainer.h"
@@ -44,7 +45,20 @@ void Trainer::upload_staged_state() {
   backend_.stream().synchronize();
 }
 
-void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
+bool Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
+  // Room for it first: a save that cannot fit would only fail half-way (ENOSPC) after
+  // writing most of a checkpoint. Every rank gets rank 0's verdict.
+  if (const Checkpointer::Room room = checkpointer_->check_room(); !room.enough) {
+    const int64_t kept = checkpointer_->last_complete_step();
+    print(fmt::format("{}; stopping after step {} of {} without saving it: {}; exit {} so the "
+                      "job is requeued (it starts again once the directory has room)",
+                      room.line, step, cfg_.train.steps,
+                      kept >= 0 ? fmt::format("the newest complete checkpoint, step {}, is kept",
+                                              kept)
+                                : std::string("no checkpoint of this run was saved"),
+                      kExitStoppedForRequeue));
+    return false;
+  }
   Manifest header;
   CheckpointProgress& p = header.progress;
   p.step = step;
@@ -65,6 +79,25 @@ void Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
                       writer, shard_file_name(grid_.coords()));
+  return true;
+}
+
+void Trainer::check_checkpoint_room_at_start() {
+  if (cfg_.checkpoint.dir.empty() || is_s3_url(cfg_.checkpoint.dir)) return;  // S3: no limit
+  // Only rank 0 measures and compares; the size walks every writer's stage plan.
+  if (world_->rank() == 0) {
+    checkpointer_->set_expected_bytes(checkpoint_size(cfg_.model, cfg_.parallel).total());
+  }
+  const Checkpointer::Room room = checkpointer_->check_room();
+  if (!room.enough) {
+    if (world_->rank() == 0) {
+      throw UserError(fmt::format("{}; not starting (free space there or give a larger "
+                                  "checkpoint.dir; checkpoints already there are untouched)",
+                                  room.line));
+    }
+    world_->barrier();  // rank 0's error ends every rank (cli/main.cpp: mpi_abort)
+  }
+  if (!room.line.empty()) print(room.line);
 }
 
 void Trainer::restore_loaded_state(const Manifest& m) {
@@ -106,7 +139,10 @@ void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, d
                               int64_t batch) {
   summary.stop_signal = signal;
   if (checkpointer_ && !cfg_.checkpoint.dir.empty()) {
-    if (!checkpointer_->due(step, cfg_.train.steps)) save_checkpoint(step, lr, batch);
+    if (!checkpointer_->due(step, cfg_.train.steps) && !save_checkpoint(step, lr, batch)) {
+      summary.stop_no_room = true;  // the line is printed; the newest checkpoint is kept
+      return;
+    }
     checkpointer_->wait();
     summary.stop_saved = true;
     print(fmt::format("stopping after step {} of {} on {}: checkpoint saved in {}; exit {} so "

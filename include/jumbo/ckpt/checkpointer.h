@@ -58,6 +58,11 @@ void load_checkpoint_pieces(Storage& storage, const std::string& dir, const Mani
 Manifest write_manifest(Storage& storage, const std::string& dir, Manifest header,
                         const std::vector<std::vector<char>>& gathered);
 
+// The free space a save needs on top of the next checkpoint's bytes: 5% (a file system
+// allocates whole blocks and keeps its own metadata; the size formula may be off by that much
+// on a model of unusual shapes) plus 1 MiB (the manifest's growth, `latest`, last_save.json).
+int64_t checkpoint_room_needed(int64_t checkpoint_bytes);
+
 struct SaveStats {
   double snapshot_s = 0;  // the blocking part: shards built in memory
   double total_s = 0;     // until the manifest was written
@@ -89,6 +94,22 @@ class Checkpointer {
   std::optional<Manifest> rewind(const std::vector<PieceData>& targets, bool reader,
                                  int64_t before_step);
 
+  // The bytes of one checkpoint from the format (plan/storage.h checkpoint_size), for the
+  // free-space check until a save has measured them. Needed on rank 0 only.
+  void set_expected_bytes(int64_t bytes) { expected_bytes_ = bytes; }
+  // Collective: whether checkpoint.dir has room for one more checkpoint (its bytes measured on
+  // the last save, else the expected bytes, plus checkpoint_room_needed's margin). Finishes a
+  // pending save and its retention first. Rank 0 measures (statvfs; S3 has no limit: always
+  // enough, no line) and every rank gets its verdict and the line naming the directory, its
+  // free and the needed bytes.
+  struct Room {
+    bool enough = true;
+    std::string line;
+  };
+  Room check_room();
+  // The newest checkpoint known complete (saved or resumed by this process), or -1.
+  int64_t last_complete_step() const { return last_complete_step_; }
+
   const SaveStats& last_save() const { return last_save_; }
   double last_load_seconds() const { return load_s_; }
   Storage& storage() { return *storage_; }
@@ -98,6 +119,7 @@ class Checkpointer {
   // File I/O of a save: on the background thread with checkpoint.async, else now.
   void run_io(std::function<void()> task);
   void apply_retention(int64_t saved_step);
+  void write_last_save(int64_t step);  // rank 0: checkpoint.dir/last_save.json
   void print(const std::string& line) const;
   // The newest loadable checkpoint with step < before_step, and its directory; `complete`
   // counts those with a manifest that failed to load.
@@ -123,6 +145,9 @@ class Checkpointer {
   double pending_started_ = 0;
   SaveStats last_save_;
   double load_s_ = 0;
+  int64_t expected_bytes_ = 0;        // rank 0: from the format
+  int64_t measured_bytes_ = 0;        // rank 0: the last save's files and manifest
+  int64_t last_complete_step_ = -1;
 };
 
 }  // namespace jumbo

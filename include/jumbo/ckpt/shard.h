@@ -54,6 +54,13 @@ void build_shard_image(const std::vector<PieceData>& pieces,
                        const std::vector<std::pair<std::string, int64_t>>& file_attrs,
                        std::vector<char>& image);
 
+// The size of the file build_shard_image writes for `pieces`: the three states' float32 data
+// (12 bytes per element) plus HDF5's metadata (superblock, groups, an object header with four
+// attributes per dataset): an upper bound fitted to this HDF5's images (tests/plan/
+// storage_test.cpp: never below a real image, at most 2% + 8 KiB above). The one formula
+// behind `jumbo plan`'s checkpoint bytes and the trainer's free-space check.
+int64_t shard_file_bytes(const std::vector<TensorPiece>& pieces);
+
 // Reads pieces out of a shard held in memory (verified by the caller).
 class ShardReader {
  public:

@@ -43,6 +43,9 @@ struct TrainSummary {
   // A graceful stop (stop_signal.h): the signal, and whether a checkpoint of `steps` was saved.
   int stop_signal = 0;
   bool stop_saved = false;
+  // Stopped before a save because checkpoint.dir had no room for it (the newest complete
+  // checkpoint kept): exits kExitStoppedForRequeue as well.
+  bool stop_no_room = false;
   // Peak resident memory, the largest over the ranks, and the plan's estimate (fullest stage).
   uint64_t measured_peak_bytes = 0;
   double planned_bytes = 0;
@@ -72,7 +75,11 @@ class Trainer {
   void upload_staged_state();  // after a load into the host copies of device state
   std::array<Tensor, 3> saved_state();  // master, Adam m, Adam v: what a checkpoint holds
   bool writes_checkpoint() const;
-  void save_checkpoint(int64_t step, double lr, int64_t batch);
+  // Collective. False, with the line printed, when checkpoint.dir has no room for it: nothing
+  // was written and the run stops (summary.stop_no_room).
+  bool save_checkpoint(int64_t step, double lr, int64_t batch);
+  // Collective, before the resume: refuses a checkpoint.dir without room for one checkpoint.
+  void check_checkpoint_room_at_start();
   void resume_from_checkpoint();
   // After a load into checkpoint_pieces(load): the state everywhere, the counters of `m`.
   void restore_loaded_state(const Manifest& m);
