@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev python3-torch
   libfabric-dev python3-yaml
   slurmctld slurmd slurm-client munge
+  sudo
   iproute2 util-linux
   python3-prometheus-client openssl curl
 )

@@ -8,16 +8,24 @@
 #   2   a user mistake (config, data)    -> not requeued: the same input fails again
 #   75  graceful stop after SIGUSR1/TERM (a checkpoint was saved)
 #                                        -> `scontrol requeue`: resumes from it (resume = auto)
+#                                        (not requeued after a deadline stop other than
+#                                        the job's own end: slurm/deadline.sh)
 #   any other (a rank died, watchdog abort, node trouble)
-#                                        -> requeued while this job has had fewer than
-#                                           JUMBO_MAX_RESTARTS failures, else it ends FAILED
+#                                        -> requeued while the run has had fewer than
+#                                           JUMBO_MAX_FAILURES failures in the last
+#                                           JUMBO_FAILURE_WINDOW_HOURS, else it ends FAILED
+# The restart budget is a rate, not a count over a job's life: a month-long run meets a
+# hardware fault now and then, and only faults close together mean something is broken. The
+# ledger (requeues.log) lives beside the checkpoints, which are the run: it counts across
+# requeues and across jobs submitted again for the same run (a new job id).
 # The batch shell exits with jumbo's code when it does not requeue; after a requeue Slurm
 # ends the batch shell itself (the job goes REQUEUED -> PENDING and starts again, with
-# SLURM_RESTART_COUNT incremented, after the BeginTime delay: AuthInfo's cred_expire,
-# 120 s by default).
+# SLURM_RESTART_COUNT incremented, after the BeginTime delay: AuthInfo's cred_expire, 70 s
+# on ParallelCluster: aws-parallelcluster-cookbook, cookbooks/aws-parallelcluster-slurm/
+# templates/default/slurm/slurm.conf.erb line 59; Slurm's default is 120 s).
 
-# The doctor step of the batch job (jumbo_run_doctor), in its own file.
-source "$(dirname "${BASH_SOURCE[0]}")/doctor.sh" || return 1
+# The deadline stop (jumbo_schedule_deadline_stop), in its own file.
+source "$(dirname "${BASH_SOURCE[0]}")/deadline.sh" || return 1
 
 JUMBO_EXIT_USER_ERROR=2
 JUMBO_EXIT_GRACEFUL=75
@@ -35,7 +43,13 @@ jumbo_defaults() {
   : "${JUMBO_RUN_DIR:=$JUMBO_ROOT/runs/$JUMBO_RUN_NAME}"
   : "${JUMBO_CKPT_DIR:=$JUMBO_ROOT/checkpoints/$JUMBO_RUN_NAME}"
   : "${JUMBO_LAUNCHER:=srun}"
-  : "${JUMBO_MAX_RESTARTS:=3}"
+  # JUMBO_MAX_RESTARTS: the old name of JUMBO_MAX_FAILURES, still read.
+  : "${JUMBO_MAX_FAILURES:=${JUMBO_MAX_RESTARTS:-3}}"
+  : "${JUMBO_FAILURE_WINDOW_HOURS:=24}"
+  JUMBO_MAX_RESTARTS=$JUMBO_MAX_FAILURES
+  : "${JUMBO_END_TIME:=}"
+  : "${JUMBO_CAPACITY_BLOCK_END:=}"
+  : "${JUMBO_DEADLINE_MARGIN_S:=60}"
   : "${JUMBO_EXPECT_EFA:=1}"
   : "${JUMBO_EXPECT_GPUS:=}"
   : "${JUMBO_DOCTOR:=1}"
@@ -47,6 +61,7 @@ jumbo_defaults() {
   : "${JUMBO_MPIRUN_ARGS:=}"
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
   JUMBO_STOP_SIGNAL=
+  JUMBO_DEADLINE_KIND= JUMBO_DEADLINE_SOURCE= JUMBO_DEADLINE_TIMER_PID=
   JUMBO_LAUNCHER_PID=
   JUMBO_RC=
   JUMBO_DECISION=
@@ -56,6 +71,7 @@ jumbo_defaults() {
 # writes its result file there); it runs first, with JUMBO_RC and JUMBO_DECISION set.
 jumbo_exit() {
   : "${JUMBO_RC:=$1}" "${JUMBO_DECISION:=failed}"
+  jumbo_cancel_deadline_stop
   declare -F jumbo_final_hook >/dev/null && jumbo_final_hook
   exit "$1"
 }
@@ -75,9 +91,13 @@ jumbo_check_inputs() {
   [[ $JUMBO_LAUNCHER == srun || $JUMBO_LAUNCHER == mpirun ]] ||
     jumbo_fail_input "JUMBO_LAUNCHER=$JUMBO_LAUNCHER: expected srun or mpirun"
   local v
-  for v in JUMBO_MAX_RESTARTS JUMBO_DOCTOR_TIMEOUT; do
+  for v in JUMBO_MAX_FAILURES JUMBO_DOCTOR_TIMEOUT; do
     [[ ${!v} =~ ^[0-9]+$ ]] || jumbo_fail_input "$v=${!v}: expected a whole number"
   done
+  [[ $JUMBO_FAILURE_WINDOW_HOURS =~ ^[0-9]+$ && $JUMBO_FAILURE_WINDOW_HOURS -ge 1 ]] ||
+    jumbo_fail_input "JUMBO_FAILURE_WINDOW_HOURS=$JUMBO_FAILURE_WINDOW_HOURS: expected a whole" \
+      "number of hours, at least 1"
+  jumbo_check_deadline_inputs
   [[ -z $JUMBO_EXPECT_GPUS || $JUMBO_EXPECT_GPUS =~ ^[0-9]+$ ]] ||
     jumbo_fail_input "JUMBO_EXPECT_GPUS=$JUMBO_EXPECT_GPUS: expected a whole number (or unset)"
   for v in JUMBO_EXPECT_EFA JUMBO_DOCTOR JUMBO_LAYOUT_FROM_PLAN JUMBO_DRAIN_BAD_NODES; do
@@ -143,12 +163,17 @@ jumbo_efa_env() {
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   # NCCL's bootstrap (TCP) on the instance's ENI, never loopback or container bridges.
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker,veth}
-  # Obsolete or harmful with libfabric >= 1.18, aws-ofi-nccl >= 1.7 and kernels >= 5.15:
-  # never set here; say so when the environment brings them.
+  # FI_EFA_USE_DEVICE_RDMA, RDMAV_FORK_SAFE, FI_EFA_FORK_SAFE: obsolete with libfabric >= 1.18,
+  # aws-ofi-nccl >= 1.7 and kernels >= 5.15. NCCL_BUFFSIZE: not harmful but aws-ofi-nccl's to
+  # set: on p4d (and p4de, p5...) the plugin itself sets NCCL_BUFFSIZE=8388608 and
+  # NCCL_P2P_NET_CHUNKSIZE=524288 unless the environment already has them (aws-ofi-nccl commit
+  # 2daf7d3, src/platform-aws.cpp lines 83-94, applied at line 687 without overwriting), so a
+  # value brought in replaces the plugin's tuned one. Never set here; said when present.
   local v
-  for v in FI_EFA_USE_DEVICE_RDMA RDMAV_FORK_SAFE FI_EFA_FORK_SAFE NCCL_BUFFSIZE; do
+  for v in FI_EFA_USE_DEVICE_RDMA RDMAV_FORK_SAFE FI_EFA_FORK_SAFE NCCL_BUFFSIZE NCCL_P2P_NET_CHUNKSIZE; do
     [[ -n ${!v:-} ]] && jumbo_log "warning: $v=${!v} is set in the environment; current" \
-      "guidance is to leave it unset (parallelcluster/README.md)"
+      "guidance is to leave it unset (aws-ofi-nccl sets the NCCL ones per instance type;" \
+      "parallelcluster/README.md)"
   done
   jumbo_log "EFA: FI_PROVIDER=$FI_PROVIDER NCCL_NET_PLUGIN=${NCCL_NET_PLUGIN-(unset: libnccl-net.so)}" \
     "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_DEBUG=$NCCL_DEBUG"
@@ -186,19 +211,112 @@ jumbo_launcher_cmd() {
   return 0
 }
 
+# GPUs the doctor requires per node: JUMBO_EXPECT_GPUS; else one per rank when the run trains
+# on CUDA (train.device, after the --set arguments); else what Slurm gave the job.
+jumbo_expected_gpus() {
+  if [[ -n $JUMBO_EXPECT_GPUS ]]; then
+    echo "$JUMBO_EXPECT_GPUS"
+  elif [[ $(jumbo_config_value train.device) == cuda ]]; then
+    local per_node=${SLURM_NTASKS_PER_NODE:-$((${SLURM_NTASKS:-1} / ${SLURM_NNODES:-1}))}
+    echo $((${SLURM_GPUS_ON_NODE:-0} > per_node ? SLURM_GPUS_ON_NODE : per_node))
+  else
+    echo "${SLURM_GPUS_ON_NODE:-0}"
+  fi
+}
+
 # jumbo_drain NODES REASON: takes the nodes out of service. On ParallelCluster clustermgtd then
-# replaces a drained node (parallelcluster/README.md). Draining needs a Slurm operator: the
-# job's user directly, else through sudo (ParallelCluster's default user has it).
+# replaces a drained node (parallelcluster/README.md). Draining needs a Slurm operator (root,
+# SlurmUser, or AdminLevel=Operator in accounting): the job's user directly, else through sudo
+# with scontrol's absolute path, since sudo looks commands up in its secure_path, not PATH, and
+# ParallelCluster's lacks /opt/slurm/bin (aws-parallelcluster-cookbook, cookbooks/
+# aws-parallelcluster-platform/recipes/install/sudo_install.rb lines 24-34): the default user
+# (ec2-user, ubuntu) may sudo anything without a password, but `sudo scontrol` is "command not
+# found". Where job users may not sudo, either make them operators (with accounting:
+# `sacctmgr modify user NAME set adminlevel=operator`), or let root do it on the node: an
+# Epilog script (slurm.conf Epilog=; ParallelCluster runs /opt/slurm/etc/scripts/epilog.d/*,
+# slurm.conf.erb line 46) that drains the node named by the job's "doctor: failed node=" line.
 jumbo_drain() {
-  local nodes=$1 reason=$2
-  if scontrol update nodename="$nodes" state=drain reason="$reason" 2>/dev/null ||
-     sudo -n scontrol update nodename="$nodes" state=drain reason="$reason" 2>/dev/null; then
+  local nodes=$1 reason=$2 scontrol err
+  scontrol=$(command -v scontrol)
+  if err=$(scontrol update nodename="$nodes" state=drain reason="$reason" 2>&1) ||
+     err=$(sudo -n "$scontrol" update nodename="$nodes" state=drain reason="$reason" 2>&1); then
     jumbo_log "doctor: drained $nodes (reason: $reason)"
     return 0
   fi
-  jumbo_log "doctor: could not drain $nodes (neither scontrol nor sudo -n scontrol may); an" \
-    "administrator can: scontrol update nodename=$nodes state=drain reason=\"$reason\""
+  jumbo_log "doctor: could not drain $nodes (neither scontrol nor sudo -n $scontrol may:" \
+    "${err//$'\n'/; }); an administrator can: scontrol update nodename=$nodes state=drain" \
+    "reason=\"$reason\""
   return 1
+}
+
+# One `jumbo doctor` per node before anything is started. On failure its last lines name each
+# failed node and whether the node (a GPU or EFA device missing, the clock) or the software and
+# settings (NCCL, the plugin, the build, the directory) failed:
+#  - nodes with a node fault are drained (JUMBO_DRAIN_BAD_NODES=1), so no job gets them again;
+#  - if that was all, the job requeues (a failure, counted against JUMBO_MAX_RESTARTS) and
+#    starts again on other nodes;
+#  - a software fault fails on any node alike: exit 1, not requeued, fix it and submit again.
+jumbo_run_doctor() {
+  if [[ $JUMBO_DOCTOR != 1 ]]; then
+    jumbo_log "doctor: skipped (JUMBO_DOCTOR=0)"
+    return
+  fi
+  local nodes=${SLURM_NNODES:-1} args=(doctor) cmd rc gpus out
+  [[ $JUMBO_EXPECT_EFA == 1 ]] && args+=(--expect-efa)
+  gpus=$(jumbo_expected_gpus)
+  ((gpus > 0)) && args+=(--expect-gpus "$gpus")
+  [[ $JUMBO_CKPT_DIR != s3://* ]] && args+=(--dir "$JUMBO_CKPT_DIR")
+  mapfile -t cmd < <(jumbo_launcher_cmd 1 "$nodes" "$nodes")
+  [[ $JUMBO_LAUNCHER == srun ]] && cmd+=(--label)
+  jumbo_log "doctor: ${cmd[*]} $JUMBO ${args[*]}"
+  out=$(mktemp "${TMPDIR:-/tmp}/jumbo-doctor.XXXXXX")
+  timeout "$JUMBO_DOCTOR_TIMEOUT" "${cmd[@]}" "$JUMBO" "${args[@]}" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  if ((rc == 0)); then
+    rm -f "$out"
+    jumbo_log "doctor: every node passed"
+    return
+  fi
+  local line node hw sw bad_nodes=() software=() reason
+  while read -r line; do
+    [[ $line =~ doctor:\ failed\ node=([^ ]+)\ node-checks=([^ ]+)\ software-checks=([^ ]+) ]] || continue
+    node=${BASH_REMATCH[1]} hw=${BASH_REMATCH[2]} sw=${BASH_REMATCH[3]}
+    [[ $hw != - ]] && bad_nodes+=("$node") && reason+="${reason:+; }$node: $hw"
+    [[ $sw != - ]] && software+=("$node: $sw")
+  done <"$out"
+  rm -f "$out"
+  JUMBO_RC=1
+  local drained=0
+  if ((${#bad_nodes[@]})); then
+    local list
+    list=$(IFS=,; echo "${bad_nodes[*]}")
+    if [[ $JUMBO_DRAIN_BAD_NODES == 1 ]]; then
+      jumbo_drain "$list" "jumbo doctor (job $SLURM_JOB_ID): $reason" && drained=1
+    else
+      jumbo_log "doctor: not draining $list (JUMBO_DRAIN_BAD_NODES=0)"
+    fi
+  fi
+  if ((${#software[@]})); then
+    jumbo_log "not requeued because jumbo doctor found software or settings missing (${software[*]};" \
+      "the lines above, prefixed with the task = node number), which every node would lack alike:" \
+      "install it (parallelcluster/README.md) and submit again"
+    jumbo_exit 1
+  fi
+  if ((drained)); then
+    local failures
+    failures=$(jumbo_failures_so_far)
+    if ((failures < JUMBO_MAX_RESTARTS)); then
+      JUMBO_DECISION=requeued
+      jumbo_requeue doctor "jumbo doctor failed on ${bad_nodes[*]}, now drained: failure" \
+        "$((failures + 1)) of at most JUMBO_MAX_RESTARTS=$JUMBO_MAX_RESTARTS; the job starts" \
+        "again on other nodes" && jumbo_exit 1
+      JUMBO_DECISION=failed
+    fi
+  fi
+  jumbo_log "not requeued because jumbo doctor failed on at least one node (exit $rc; see" \
+    "the lines above, prefixed with the task = node number; exclude a bad node with" \
+    "sbatch --exclude)"
+  jumbo_exit 1
 }
 
 # The config and the arguments, checked once on the batch host before any step starts: a
@@ -273,10 +391,13 @@ jumbo_choose_layout() {
     --nodes "$nodes" --gpus-per-node "$per_node")
   jumbo_log "layout: $JUMBO ${plan_args[*]}"
   "$JUMBO" "${plan_args[@]}" --limit 10 2>&1 | sed 's/^/  plan: /'
+  local part_nodes
+  part_nodes=$(sinfo -h -p "${SLURM_JOB_PARTITION:-}" -o %D 2>/dev/null | awk '{n += $1} END {print n + 0}')
   best=$("$JUMBO" "${plan_args[@]}" --best 2>&1) ||
     jumbo_fail_input "jumbo plan found no layout for $nodes nodes x $per_node ranks: $best" \
-      "(ask for more nodes, or set the layout with --set parallel.tp=... and" \
-      "JUMBO_LAYOUT_FROM_PLAN=0)"
+      "(submit with sbatch --nodes=N: the scripts ask for no node count, and the partition" \
+      "${SLURM_JOB_PARTITION:-?} has $part_nodes; or set the layout with --set" \
+      "parallel.tp=... and JUMBO_LAYOUT_FROM_PLAN=0)"
   read -ra words <<<"$best"
   for ((i = 0; i < ${#words[@]}; i += 2)); do
     [[ ${words[i]} == --set && ${words[i + 1]:-} =~ ^[a-z_]+\.[a-z_0-9]+= ]] ||
@@ -293,6 +414,10 @@ jumbo_job_sets() {
     --set "log.metrics_file=$JUMBO_RUN_DIR/metrics.jsonl"
     --set "log.emf_file=$JUMBO_RUN_DIR/emf.jsonl"
     --set "log.run_name=$JUMBO_RUN_NAME")
+  # Where EFA is expected, a rank whose NCCL fell back to sockets refuses to train (jumbo names
+  # the host and its NCCL log): on p4d a silent socket fallback is a run at a fraction of speed.
+  [[ $JUMBO_EXPECT_EFA == 1 ]] && JUMBO_JOB_SETS+=(--set comm.expect_network=efa)
+  return 0
 }
 
 # The arguments of `jumbo train`: the config, the job's settings, the planned layout, then
@@ -310,6 +435,8 @@ jumbo_train_args() {
 # default): too short for a large checkpoint, and a cancelled job is never requeued.
 jumbo_on_stop() {
   JUMBO_STOP_SIGNAL=$1
+  [[ $1 == USR2 ]] && jumbo_log "deadline: stopping now, ahead of the deadline from" \
+    "$JUMBO_DEADLINE_SOURCE (slurm/deadline.sh)"
   [[ $1 == TERM ]] && jumbo_log "got SIGTERM (scancel or preemption): the job ends after Slurm's" \
     "KillWait; a checkpoint may not finish and the job is not requeued. To stop with a save" \
     "and a requeue: scancel -b -s USR1 ${SLURM_JOB_ID:-JOBID}"
@@ -324,6 +451,7 @@ jumbo_on_stop() {
 
 jumbo_install_traps() {
   trap 'jumbo_on_stop USR1' USR1
+  trap 'jumbo_on_stop USR2' USR2  # the deadline timer (slurm/deadline.sh)
   trap 'jumbo_on_stop TERM' TERM
   trap 'jumbo_on_stop INT' INT
 }
@@ -353,24 +481,50 @@ jumbo_launch() {
   jumbo_log "jumbo train exited $JUMBO_RC"
 }
 
-# Failures (not graceful stops) of this job so far, from the ledger in the run directory.
-# Counting only failures matters: a long run that is requeued at every time limit would
-# otherwise run out of restarts after JUMBO_MAX_RESTARTS time limits.
+# The requeue ledger: one line per requeue, beside the checkpoints (they are the run, whatever
+# job writes them); for an s3:// checkpoint directory in the run directory instead, as a
+# shell cannot append to an S3 object.
+jumbo_ledger() {
+  if [[ $JUMBO_CKPT_DIR == s3://* ]]; then
+    echo "$JUMBO_RUN_DIR/requeues.log"
+  else
+    echo "$JUMBO_CKPT_DIR/requeues.log"
+  fi
+}
+
+# Failures (not graceful stops) of the run in the last JUMBO_FAILURE_WINDOW_HOURS, from the
+# ledger: every job of the run counts (a job submitted again has a new id). Counting only
+# failures matters: a long run that is requeued at every time limit would otherwise run out
+# of restarts. Lines without a time that date can read are counted (an old format, a hand edit).
 jumbo_failures_so_far() {
-  local n=0
-  [[ -f $JUMBO_RUN_DIR/requeues.log ]] &&
-    n=$(grep -c "^job=${SLURM_JOB_ID} .*reason=\(failure\|doctor\)" "$JUMBO_RUN_DIR/requeues.log")
+  local ledger n=0 since line t
+  ledger=$(jumbo_ledger)
+  since=$(($(date +%s) - JUMBO_FAILURE_WINDOW_HOURS * 3600))
+  if [[ -f $ledger ]]; then
+    while read -r line; do
+      [[ $line =~ reason=(failure|doctor) ]] || continue
+      [[ $line =~ time=([^ ]+) ]] && t=$(jumbo_epoch "${BASH_REMATCH[1]}") || t=
+      [[ -n $t ]] && ((t < since)) && continue
+      ((n += 1))
+    done <"$ledger"
+  fi
   echo "$n"
+}
+
+# The budget in words, for the decision lines.
+jumbo_failure_budget() {
+  echo "JUMBO_MAX_FAILURES=$JUMBO_MAX_FAILURES per JUMBO_FAILURE_WINDOW_HOURS=$JUMBO_FAILURE_WINDOW_HOURS"
 }
 
 # jumbo_requeue REASON DETAIL: one ledger line, one log line, `scontrol requeue`. Slurm then
 # ends this batch shell (the job shows "CANCELLED ... DUE TO JOB REQUEUE" in its log).
 jumbo_requeue() {
   local reason=$1 detail=${*:2}
-  printf 'job=%s restart=%s exit=%s reason=%s time=%(%FT%T)T\n' "$SLURM_JOB_ID" \
-    "${SLURM_RESTART_COUNT:-0}" "$JUMBO_RC" "$reason" -1 >>"$JUMBO_RUN_DIR/requeues.log"
+  printf 'job=%s restart=%s exit=%s reason=%s time=%(%FT%T%z)T\n' "$SLURM_JOB_ID" \
+    "${SLURM_RESTART_COUNT:-0}" "$JUMBO_RC" "$reason" -1 >>"$(jumbo_ledger)"
   jumbo_log "requeued because $detail"
-  trap - USR1 TERM INT  # Slurm's TERM that ends this shell is not a stop request
+  trap - USR1 USR2 TERM INT  # Slurm's TERM that ends this shell is not a stop request
+  jumbo_cancel_deadline_stop
   scontrol requeue "$SLURM_JOB_ID" && return 0
   jumbo_log "scontrol requeue $SLURM_JOB_ID failed (was the job submitted with --requeue," \
     "and does the cluster allow it: JobRequeue); ending with exit $JUMBO_RC"
@@ -394,6 +548,13 @@ jumbo_decide() {
         "and submit again"
       return ;;
     "$JUMBO_EXIT_GRACEFUL")
+      if [[ $JUMBO_STOP_SIGNAL == USR2 && $JUMBO_DEADLINE_KIND != job ]]; then
+        JUMBO_DECISION=stopped
+        jumbo_log "not requeued because jumbo stopped gracefully (exit 75) ahead of the" \
+          "deadline from $JUMBO_DEADLINE_SOURCE, after which these nodes are gone: submit" \
+          "again where there is capacity; the run resumes from its newest checkpoint"
+        return
+      fi
       JUMBO_DECISION=requeued
       jumbo_requeue graceful "jumbo stopped gracefully (exit 75${JUMBO_STOP_SIGNAL:+ after SIG$JUMBO_STOP_SIGNAL})" \
         "and saved a checkpoint; the next run resumes from it (restart $((restarts + 1)))" ||
@@ -401,16 +562,17 @@ jumbo_decide() {
       return ;;
   esac
   failures=$(jumbo_failures_so_far)
-  if ((failures < JUMBO_MAX_RESTARTS)); then
+  if ((failures < JUMBO_MAX_FAILURES)); then
     JUMBO_DECISION=requeued
     jumbo_requeue failure "jumbo train failed (exit $rc): failure $((failures + 1)) of at" \
-      "most JUMBO_MAX_RESTARTS=$JUMBO_MAX_RESTARTS; the next run resumes from the newest" \
+      "most $(jumbo_failure_budget) h; the next run resumes from the newest" \
       "checkpoint (restart $((restarts + 1)))" || JUMBO_DECISION=failed
     return
   fi
   JUMBO_DECISION=failed
-  jumbo_log "not requeued because jumbo train failed (exit $rc) and this job has already" \
-    "been requeued after $failures failure(s) (JUMBO_MAX_RESTARTS=$JUMBO_MAX_RESTARTS)"
+  jumbo_log "not requeued because jumbo train failed (exit $rc) and the run has already" \
+    "been requeued after $failures failure(s) in the last $JUMBO_FAILURE_WINDOW_HOURS h" \
+    "($(jumbo_failure_budget) h; ledger $(jumbo_ledger))"
 }
 
 jumbo_print_job() {
@@ -433,6 +595,7 @@ jumbo_run_training() {
   jumbo_check_inputs
   jumbo_print_job
   jumbo_prepare_dirs
+  jumbo_schedule_deadline_stop
   jumbo_efa_env
   jumbo_job_sets
   jumbo_collect_user_sets "$@"

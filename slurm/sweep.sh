@@ -32,7 +32,7 @@
 # Values cannot contain blanks. Tasks are numbered from 0 in file order.
 #
 # Environment: as slurm/train_jumbo.sh (JUMBO, JUMBO_CONFIG, JUMBO_LAUNCHER,
-# JUMBO_EXPECT_EFA, JUMBO_DOCTOR, JUMBO_LAYOUT_FROM_PLAN, JUMBO_MAX_RESTARTS, ...), plus
+# JUMBO_EXPECT_EFA, JUMBO_DOCTOR, JUMBO_LAYOUT_FROM_PLAN, JUMBO_MAX_FAILURES, ...), plus
 #   JUMBO_CONFIG          run config of every task; default inputs/runs/j1-large.toml
 #   JUMBO_SWEEP_DIR       where everything goes (on the shared file system); default
 #                         $JUMBO_ROOT/sweeps/GRIDNAME-YYYYmmdd-HHMMSS (JUMBO_ROOT: /fsx/jumbo)
@@ -45,7 +45,7 @@
 # The sweep directory:
 #   tasks                 line i = the overrides of task i;  args: the TRAIN_ARGS
 #   logs/ARRAYID_i.out    task i's job log;  logs/summary-ID.out: the summary job's
-#   task-i/               metrics.jsonl, emf.jsonl, requeues.log, ckpt/ (checkpoint.dir)
+#   task-i/               metrics.jsonl, emf.jsonl, ckpt/ (checkpoint.dir, with requeues.log)
 #   results/task-i.json   {"task", "job", "overrides", "exit_code", "steps", "loss",
 #                          "val_loss", "tokens_per_s"}: written when the task ends for good
 #                          (not when it is requeued); loss and val_loss are the last ones
@@ -53,7 +53,7 @@
 #   summary.txt           the table: sorted by val_loss when any task has one, else by loss;
 #                         tasks that failed or left no result at the end
 # A task requeues itself like the training jobs do (exit 75 after SIGUSR1, or a failure
-# within JUMBO_MAX_RESTARTS); the summary job waits for that, since afterany waits for the
+# within JUMBO_MAX_FAILURES per JUMBO_FAILURE_WINDOW_HOURS); the summary job waits for that, since afterany waits for the
 # array's tasks to end, and a requeued task has not ended.
 set -uo pipefail
 

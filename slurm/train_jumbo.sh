@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 #SBATCH --job-name=j1-jumbo
-#SBATCH --nodes=64
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=12
@@ -16,8 +15,15 @@
 #
 #   mkdir -p logs          # Slurm does not create the --output directory: without it the
 #                          # job fails at once (ExitCode 0:53) and leaves no log at all
-#   sbatch slurm/train_jumbo.sh                              # from the repository root
+#   sbatch --nodes=64 slurm/train_jumbo.sh                       # from the repository root
 #   sbatch --nodes=128 slurm/train_jumbo.sh --set train.lr=1e-4
+#
+# The node count is always given to sbatch: the script asks for none, because ParallelCluster
+# sets EnforcePartLimits=ALL (aws-parallelcluster-cookbook, cookbooks/aws-parallelcluster-slurm/
+# templates/default/slurm/slurm.conf.erb line 62), so a default larger than the queue would make
+# sbatch refuse the job outright ("Node count specification invalid"). Without --nodes Slurm
+# gives one node; if no layout of the model fits it, the job ends at once (exit 2) naming the
+# partition's node count.
 #
 # Arguments after the script go to `jumbo train`, after the job's own --set arguments, so
 # they win (e.g. `--set train.lr=1e-4`, `--set checkpoint.every=200`). Setting
@@ -50,16 +56,27 @@
 #                     job submitted again continues the same run (resume = auto). Set a new
 #                     name to start a new run.
 #   JUMBO_ROOT        shared storage for runs; default /fsx/jumbo
-#   JUMBO_RUN_DIR     metrics.jsonl, emf.jsonl (CloudWatch EMF), requeues.log;
+#   JUMBO_RUN_DIR     metrics.jsonl, emf.jsonl (CloudWatch EMF);
 #                     default $JUMBO_ROOT/runs/$JUMBO_RUN_NAME
 #   JUMBO_CKPT_DIR    checkpoint.dir (a directory or s3://bucket/prefix);
 #                     default $JUMBO_ROOT/checkpoints/$JUMBO_RUN_NAME
 #   JUMBO_LAUNCHER    srun (default: srun --mpi=pmix --kill-on-bad-exit=1) or mpirun
 #   JUMBO_SRUN_ARGS, JUMBO_MPIRUN_ARGS   extra launcher options (split on blanks)
-#   JUMBO_MAX_RESTARTS  requeues after failures (exit not 0, 2 or 75) per job; default 3.
-#                     Graceful stops (75) always requeue and do not count: failures are
-#                     counted in $JUMBO_RUN_DIR/requeues.log, not with SLURM_RESTART_COUNT,
-#                     which also counts every time-limit requeue of a long run.
+#   JUMBO_MAX_FAILURES  requeues after failures (exit not 0, 2 or 75) per
+#   JUMBO_FAILURE_WINDOW_HOURS  hours of the run; default 3 per 24 (JUMBO_MAX_RESTARTS, the
+#                     old name, is read too). A rate, not a count over the job's life: a
+#                     month-long run meets a fault now and then. Graceful stops (75) always
+#                     requeue and do not count. Failures are counted in the ledger
+#                     $JUMBO_CKPT_DIR/requeues.log (in $JUMBO_RUN_DIR for an s3:// checkpoint
+#                     directory) across requeues and jobs submitted again for the run, not with
+#                     SLURM_RESTART_COUNT, which also counts every time-limit requeue.
+#   JUMBO_END_TIME    when the nodes go (ISO 8601, e.g. 2026-12-02T18:00:00Z); and
+#   JUMBO_CAPACITY_BLOCK_END  a Capacity Block's EndDate (its instances go 30 min before).
+#                     With the job's end time and its reservation's EndTime, the earliest is
+#                     the deadline: the job stops gracefully (a checkpoint, exit 75) the last
+#                     save's measured time + a step + JUMBO_DEADLINE_MARGIN_S (default 60 s)
+#                     before it, and is not requeued unless the deadline is its own time limit
+#                     (slurm/deadline.sh). The log's "deadline:" line says when.
 #   JUMBO_EXPECT_EFA  1 (default): FI_PROVIDER=efa, NCCL_DEBUG=WARN and
 #                     NCCL_SOCKET_IFNAME=^lo,docker,veth where the environment leaves them
 #                     unset; aws-ofi-nccl's directory onto LD_LIBRARY_PATH; NCCL_NET_PLUGIN=ofi
@@ -70,10 +87,11 @@
 #   JUMBO_DOCTOR      1 (default): `jumbo doctor` once per node before training (--expect-efa,
 #                     --expect-gpus, --dir JUMBO_CKPT_DIR). A node that fails a check of the
 #                     node (GPU, EFA, clock) is drained and the job requeues onto others
-#                     (counted against JUMBO_MAX_RESTARTS); software missing (NCCL, its network
+#                     (counted against JUMBO_MAX_FAILURES); software missing (NCCL, its network
 #                     plugin, a CUDA build, the directory) ends the job, exit 1, not requeued.
 #                     0: skip it
-#   JUMBO_DRAIN_BAD_NODES  1 (default): drain such nodes (scontrol, else sudo -n scontrol);
+#   JUMBO_DRAIN_BAD_NODES  1 (default): drain such nodes (scontrol, else sudo -n with scontrol's
+#                     absolute path: ParallelCluster's sudo secure_path lacks /opt/slurm/bin);
 #                     ParallelCluster then replaces them. 0: only report them (exit 1)
 #   JUMBO_DOCTOR_TIMEOUT  seconds for the doctor step; default 300
 #   JUMBO_LAYOUT_FROM_PLAN  1 (default): the layout is `jumbo plan --best` for the allocated
@@ -86,14 +104,14 @@
 # Exit codes: 0 done; 2 a mistake in the input (not requeued; the config and arguments are
 # checked with `jumbo info` on the batch host first); 1 a node failed `jumbo doctor` (requeued
 # after draining it when only the node was at fault, else not); 75 graceful stop (requeued); anything else from `jumbo train` is a failure,
-# requeued up to JUMBO_MAX_RESTARTS times. The log says which,
+# requeued up to JUMBO_MAX_FAILURES times per JUMBO_FAILURE_WINDOW_HOURS. The log says which,
 # on lines starting "jumbo-slurm:". Requeued jobs start again after Slurm's BeginTime delay
-# (AuthInfo cred_expire, 120 s by default) with SLURM_RESTART_COUNT one higher.
+# (AuthInfo cred_expire: 70 s on ParallelCluster, Slurm's default 120 s) with SLURM_RESTART_COUNT one higher.
 #
 # LAYOUT-DOC-BEGIN
 # What `jumbo plan --config inputs/runs/j1-jumbo.toml --gpu a100-40gb --nodes N --best` picks
 # (formulas: docs/plan.md); jumbo prints the same breakdown at start ("plan for train.gpu").
-# 64 nodes (default, 512 GPUs): tp 8 (inside a node, NVSwitch) x pp 16 (4-5 layers per
+# 64 nodes (the README's, 512 GPUs): tp 8 (inside a node, NVSwitch) x pp 16 (4-5 layers per
 # stage) x dp 4, micro batch 1, recompute none, ZeRO-1, sequence parallel.
 # Why it fits in 40 GB: the fullest stage (stage 1: 5 layers, 1.43B parameters per GPU)
 # needs 27.0 GiB: weights 8.0 (bf16 copy + fp32 master), grads 6.7 (fp32 main grads + the

@@ -14,6 +14,8 @@
 #  3. `mpirun --host host1:2,host2:2` outside Slurm (the rsh agent) puts 2 ranks on each;
 #  4. `sbatch --nodes=2 slurm/scaling.sh strong` prints its table (1, 2, 4 ranks, the
 #     allocation of both hosts named in its header).
+# Every job is submitted by the harness's unprivileged job user (as on ParallelCluster); root
+# only runs the harness and `mpirun --host` outside Slurm (its rsh agent enters namespaces).
 # Usage: multihost.sh JUMBO REPO
 set -uo pipefail
 jumbo=$1
@@ -60,8 +62,14 @@ every = 1
 peak_tflops = 1
 EOF
 
-start_multihost "$tmp/slurm" mhjob 2 4 || fail "could not start the two-host cluster"
+# A launch that fails under srun requeues (check_doctor): cred_expire 10 s, not
+# ParallelCluster's 70 s, keeps such a retry within the jobs' timeouts.
+SLURM_TEST_CRED_EXPIRE=10 start_multihost "$tmp/slurm" mhjob 2 4 ||
+  fail "could not start the two-host cluster"
 echo "ok: hosts ${MULTIHOST_HOSTS[*]} up ($(sinfo -h -N -o '%N=%t' | tr '\n' ' '))"
+# $tmp/data is also scaling.sh's work directory (it writes its run log there).
+job_user_test_dirs "$tmp" "$repo" "$jumbo" && job_user_dirs "$tmp/data" ||
+  fail "the job user cannot use this checkout"
 unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER JUMBO_SRUN_ARGS \
   JUMBO_MPIRUN_ARGS
 export JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_ROOT=$tmp/fsx JUMBO_EXPECT_EFA=0 \
@@ -108,7 +116,7 @@ good_placement='^placement: 2 hosts( \(host1: 2 ranks, host2: 2 ranks\))?; every
 check_train() {
   local launcher=$1 name=$2 id t0=$SECONDS steps ck hosts
   id=$(JUMBO_LAUNCHER=$launcher JUMBO_RUN_NAME=$name JUMBO_LAYOUT_FROM_PLAN=0 \
-    sbatch "${sbatch_args[@]}" --ntasks-per-node=2 slurm/train_jumbo.sh --set parallel.tp=2) ||
+    as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=2 slurm/train_jumbo.sh --set parallel.tp=2) ||
     fail "sbatch failed"
   log=$tmp/logs/j1-jumbo-$id.out
   wait_job "$id" COMPLETED 90 || fail "$launcher: job $id did not complete"
@@ -143,7 +151,7 @@ mapfile -t cmd < <(jumbo_launcher_cmd 2 2 4)
 "${cmd[@]}" bash -c 'echo "rank ${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID} on $(hostname)"' | sort
 EOF
 for launcher in srun mpirun; do
-  id=$(JUMBO_LAUNCHER=$launcher sbatch "${sbatch_args[@]}" --ntasks-per-node=2 --job-name=where \
+  id=$(JUMBO_LAUNCHER=$launcher as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=2 --job-name=where \
     "$tmp/where.sh") || fail "sbatch where.sh"
   log=$tmp/logs/where-$id.out
   wait_job "$id" COMPLETED 60 || fail "$launcher: the host-name job $id did not complete"
@@ -164,7 +172,7 @@ echo "ok: mpirun --host host1:2,host2:2 (rsh agent): $got"
 # 2. One rank per host and tp 2: the tp group {0, 1} spans the hosts.
 t0=$SECONDS
 id=$(JUMBO_RUN_NAME=mh-spans JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=0 \
-  sbatch "${sbatch_args[@]}" --ntasks-per-node=1 slurm/train_jumbo.sh --set parallel.tp=2 \
+  as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=1 slurm/train_jumbo.sh --set parallel.tp=2 \
   --set train.steps=2 --set train.eval_every=0 --set checkpoint.every=0) || fail "sbatch failed"
 log=$tmp/logs/j1-jumbo-$id.out
 wait_job "$id" COMPLETED FAILED 90 || fail "spanning placement: job $id did not end"
@@ -176,7 +184,7 @@ echo "ok: one rank per host with tp 2 ($(job_field "$id" JobState) in $((SECONDS
 
 # 3. The scaling script across the two hosts (its data: the small dataset made above).
 t0=$SECONDS
-id=$(JUMBO_SCALING_DIR=$tmp/data sbatch --parsable --nodes=2 --ntasks=4 --ntasks-per-node=2 --time=30 \
+id=$(JUMBO_SCALING_DIR=$tmp/data as_job_user sbatch --parsable --nodes=2 --ntasks=4 --ntasks-per-node=2 --time=30 \
   --output="$tmp/logs/%x-%j.out" slurm/scaling.sh strong) || fail "sbatch scaling"
 log=$tmp/logs/jumbo-scaling-$id.out
 wait_job "$id" COMPLETED 120 || fail "scaling job $id did not complete"

@@ -5,8 +5,9 @@
 # config, under slurm/train_jumbo.sh with srun --mpi=pmix. Once the metrics pass step 60
 # (a checkpoint every 50 steps), host2's link is taken down: its ranks, slurmd and slurmstepd
 # keep running but nothing reaches them. Checked:
-#  - the training step ends on its own within the watchdog's timeout plus srun's grace
-#    (comm_timeout_s + 20 s after the cut, and not before comm_timeout_s): the ranks on
+#  - the training step ends on its own within the watchdog's timeout plus Slurm's KillWait
+#    (30 s, ParallelCluster's: the step's tasks on the lost host never answer, so the step
+#    ends when KillWait runs out) plus 20 s after the cut, and not before comm_timeout_s: the ranks on
 #    host1 print the watchdog's line and abort with its exit code, 4;
 #  - slurm/common.sh requeues the job as failure 1 (ledger line, Restarts=1), not Slurm
 #    for a node failure;
@@ -14,6 +15,7 @@
 #    resumes from the newest checkpoint saved before the cut (step S) and runs S+1 to the
 #    last step in order, COMPLETED, exit 0; the steps both runs made have the same losses,
 #    bit for bit.
+# The job is submitted by the harness's unprivileged job user, as on ParallelCluster.
 # Usage: multihost_hostfail.sh JUMBO REPO
 set -uo pipefail
 jumbo=$1
@@ -66,17 +68,20 @@ every = 50
 peak_tflops = 1
 EOF
 
-start_multihost "$tmp/slurm" mhfail 2 4 || fail "could not start the two-host cluster"
+# One requeue to wait out: cred_expire 10 s, not ParallelCluster's 70 s.
+SLURM_TEST_CRED_EXPIRE=10 start_multihost "$tmp/slurm" mhfail 2 4 ||
+  fail "could not start the two-host cluster"
+job_user_test_dirs "$tmp" "$repo" "$jumbo" || fail "the job user cannot use this checkout"
 unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_LAUNCHER JUMBO_SRUN_ARGS
 export JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_ROOT=$tmp/fsx JUMBO_EXPECT_EFA=0 \
-  JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=0 JUMBO_MAX_RESTARTS=3 JUMBO_RUN_NAME=$name \
+  JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=0 JUMBO_MAX_FAILURES=3 JUMBO_RUN_NAME=$name \
   OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 metrics_step() {  # the last step in the metrics, 0 if none
   [[ -s $metrics ]] && tail -1 "$metrics" | sed -n 's/^{"step":\([0-9]*\),.*/\1/p' || echo 0
 }
 
-id=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
+id=$(as_job_user sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 \
   --time=30 --output="$tmp/logs/%x-%j.out" slurm/train_jumbo.sh) || fail "sbatch"
 log=$tmp/logs/j1-jumbo-$id.out
 deadline=$((SECONDS + 60))
@@ -94,10 +99,11 @@ after_cut() { tail -n "+$((cut_line + 1))" "$log"; }
 echo "ok: job $id at step $(metrics_step) on host[1-2]; host2's link is down"
 
 # The training step ends by itself (the watchdog), and the script requeues.
-deadline=$((cut_at + timeout_s + 20))
+kill_wait=$(sed -n 's/^KillWait=//p' "$SLURM_CONF")
+deadline=$((cut_at + timeout_s + kill_wait + 20))
 until after_cut | grep -q "jumbo-slurm: jumbo train exited"; do
   ((SECONDS < deadline)) || fail "jumbo train still running $((SECONDS - cut_at)) s after host2" \
-    "went away (parallel.comm_timeout_s = $timeout_s)"
+    "went away (parallel.comm_timeout_s = $timeout_s, KillWait = $kill_wait)"
   sleep 0.2
 done
 ended=$((SECONDS - cut_at))
@@ -111,9 +117,9 @@ until [[ $(job_field "$id" Restarts) == 1 ]]; do
   ((SECONDS < deadline)) || fail "job $id not requeued"
   sleep 0.2
 done
-after_cut | grep -q "jumbo-slurm: requeued because jumbo train failed (exit 4): failure 1 of at most JUMBO_MAX_RESTARTS=3" ||
+after_cut | grep -q "jumbo-slurm: requeued because jumbo train failed (exit 4): failure 1 of at most JUMBO_MAX_FAILURES=3 per JUMBO_FAILURE_WINDOW_HOURS=24 h" ||
   fail "no failure requeue line"
-grep -q "^job=$id restart=0 exit=4 reason=failure" "$tmp/fsx/runs/$name/requeues.log" ||
+grep -q "^job=$id restart=0 exit=4 reason=failure" "$tmp/fsx/checkpoints/$name/requeues.log" ||
   fail "no failure in the requeue ledger"
 saved=$(sed 's/^step_0*//' "$tmp/fsx/checkpoints/$name/latest")
 reached=$(metrics_step)

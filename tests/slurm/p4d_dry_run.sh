@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The p4d job path without a GPU: slurm/train_jumbo.sh with inputs/runs/j1-jumbo.toml (train.device
 # = "cuda", 8 ranks a node, EFA expected: the doctor's expectations on p4d) on a one-node Slurm
-# started here. The job must end in `jumbo doctor`, FAILED with exit 1 and not requeued, with one
-# FAIL line each for the GPUs, NCCL and the NCCL network plugin (and EFA, and this CPU build), the
-# node drained for its node faults (GPUs, EFA), and never reach `jumbo train`. The cleanup resumes
-# the node, and the test checks that it did.
+# started here, as strict as ParallelCluster (EnforcePartLimits=ALL, an unprivileged job user
+# whose sudo secure_path lacks scontrol's directory: tests/support/slurm_cluster.sh). Checked:
+#  - the partition limit: `sbatch slurm/train_jumbo.sh` is accepted on a one-node queue (the
+#    script asks for no node count), `sbatch --nodes=2` is refused;
+#  - the job, submitted by the job user with no --nodes, ends in `jumbo doctor`, FAILED with
+#    exit 1 and not requeued, with one FAIL line each for the GPUs, NCCL and the NCCL network
+#    plugin (and EFA, and this CPU build), the node drained for its node faults (GPUs, EFA) by
+#    the job user (sudo with scontrol's absolute path), and never reaches `jumbo train`.
+# The cleanup resumes the node, and the test checks that it did.
 #
 # This machine's ld.so.cache lists the CUDA toolkit's NCCL, which a node of ParallelCluster's AMI
 # lacks: as root the test runs in a private mount namespace whose /etc/ld.so.cache leaves out the
@@ -49,15 +54,25 @@ fi
 
 t0=$SECONDS
 start_slurm "$tmp/slurm" || fail "could not start Slurm"
-mkdir -p "$tmp/logs"
+job_user_test_dirs "$tmp" "$repo" "$jumbo" || fail "the job user cannot use this checkout"
 unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER JUMBO_CONFIG \
   JUMBO_EXPECT_EFA JUMBO_EXPECT_GPUS JUMBO_DOCTOR JUMBO_DRAIN_BAD_NODES NCCL_NET_PLUGIN \
-  FI_PROVIDER LD_LIBRARY_PATH
-export JUMBO=$jumbo JUMBO_ROOT=$tmp/fsx OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# As on p4d: 1 node of 8 ranks; the node has CPUs=8 and no GPU gres, so 1 CPU a rank and
-# --gpus-per-node=0 (the doctor's 8 GPUs come from train.device = "cuda", one per rank).
-id=$(sbatch --parsable --nodes=1 --ntasks-per-node=8 --cpus-per-task=1 --gpus-per-node=0 --time=30 \
-  --output="$tmp/logs/%x-%j.out" slurm/train_jumbo.sh) || fail "sbatch failed"
+  FI_PROVIDER LD_LIBRARY_PATH OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+export JUMBO=$jumbo JUMBO_ROOT=$tmp/fsx
+# As on p4d: 8 ranks a node; the node has CPUs=8 and no GPU gres, so 1 CPU a rank and
+# --gpus-per-node=0 (the doctor's 8 GPUs come from train.device = "cuda", one per rank). No
+# --nodes: the node count is the script's (none: Slurm's one node) as `sbatch
+# slurm/train_jumbo.sh` submits it.
+p4d_args=(--ntasks-per-node=8 --cpus-per-task=1 --gpus-per-node=0 --time=30
+  --output="$tmp/logs/%x-%j.out")
+# One task a node, so that the node count alone is over the limit (not the CPUs).
+out=$(as_job_user sbatch --test-only --nodes=2 "${p4d_args[@]}" --ntasks-per-node=1 \
+  slurm/train_jumbo.sh 2>&1) &&
+  fail "sbatch --nodes=2 was accepted on a one-node partition (EnforcePartLimits=ALL): $out"
+[[ $out == *"Node count specification invalid"* ]] ||
+  fail "sbatch --nodes=2 was refused, but not for the partition's size: $out"
+id=$(as_job_user sbatch --parsable "${p4d_args[@]}" slurm/train_jumbo.sh) ||
+  fail "sbatch slurm/train_jumbo.sh (no --nodes) was refused on a one-node partition"
 log=$tmp/logs/j1-jumbo-$id.out
 wait_job "$id" FAILED 60 || fail "job $id did not end FAILED"
 [[ $(job_field "$id" ExitCode) == 1:0 ]] || fail "ExitCode $(job_field "$id" ExitCode), expected 1:0"
@@ -84,7 +99,8 @@ expect_one '^0: FAIL  build      this jumbo was built without -DJUMBO_CUDA=ON' "
 expect_one "^0: doctor: failed node=$node node-checks=libfabric,gpu software-checks=nccl(,nccl-net|-net),build\$" \
   "the failed-node line"
 grep -q "jumbo-slurm: doctor: drained $node (reason: jumbo doctor (job $id): $node: libfabric,gpu)" "$log" ||
-  fail "no drain line for $node"
+  fail "no drain line for $node (the job user $JUMBO_JOB_USER could not drain it?)"
+[[ $(job_field "$id" UserId) == "$JUMBO_JOB_USER("* ]] || fail "job $id ran as $(job_field "$id" UserId)"
 grep -q "jumbo-slurm: not requeued because jumbo doctor found software or settings missing" "$log" ||
   fail "no not-requeued decision line"
 ! grep -q "jumbo-slurm: launch:\|^step \|jumbo-slurm: layout:" "$log" || fail "the job went on past the doctor"
@@ -97,5 +113,6 @@ scontrol update nodename="$node" state=resume || fail "scontrol update state=res
 state=$(sinfo -h -n "$node" -o %t)
 # "idle*": idle, slurmd not pinged since (the test cluster's slurmd is slow to answer then).
 [[ $state == idle || $state == 'idle*' ]] || fail "node $node is '$state' after resume, expected idle"
-echo "ok: the p4d job stopped in the doctor (GPU, NCCL$( ((nccl_hidden)) || echo ' (present here)'), plugin, EFA," \
+echo "ok: sbatch --nodes=2 refused by the one-node partition, slurm/train_jumbo.sh accepted"
+echo "ok: the p4d job of $JUMBO_JOB_USER stopped in the doctor (GPU, NCCL$( ((nccl_hidden)) || echo ' (present here)'), plugin, EFA," \
   "build), drained $node, not requeued, never trained; node resumed ($((SECONDS - t0)) s)"

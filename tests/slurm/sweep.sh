@@ -2,7 +2,8 @@
 # slurm/sweep.sh on a one-node Slurm cluster started here: a grid of three learning rates
 # (one grid line, comma syntax) becomes a 3-task job array of the tiny model on 2 ranks
 # each (dp 2), all three at once; the summary job (afterany on the array) writes a table
-# with one row per task, numeric losses, sorted by validation loss.
+# with one row per task, numeric losses, sorted by validation loss. Submitted by the
+# harness's unprivileged job user (tests/support/slurm_cluster.sh), as on ParallelCluster.
 # Usage: sweep.sh JUMBO REPO
 set -uo pipefail
 jumbo=$1
@@ -50,12 +51,15 @@ train.lr=1e-3,3e-3,1e-2
 EOF
 
 start_slurm "$tmp/slurm" || fail "could not start Slurm"
-unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER JUMBO_SWEEP_PARALLEL
+job_user_test_dirs "$tmp" "$repo" "$jumbo" && job_user_dirs "$tmp/sweep" ||
+  fail "the job user cannot use this checkout"
+# Not root: Open MPI's permission to run as root is withdrawn, so a job that did would fail.
+unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER JUMBO_SWEEP_PARALLEL \
+  OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 export JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_ROOT=$tmp/fsx JUMBO_SWEEP_DIR=$tmp/sweep \
-  JUMBO_EXPECT_EFA=0 JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=${JUMBO_DOCTOR:-1} OMP_NUM_THREADS=1 \
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  JUMBO_EXPECT_EFA=0 JUMBO_LAYOUT_FROM_PLAN=0 JUMBO_DOCTOR=${JUMBO_DOCTOR:-1} OMP_NUM_THREADS=1
 t0=$SECONDS
-out=$(slurm/sweep.sh submit "$tmp/grid.txt" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
+out=$(as_job_user slurm/sweep.sh submit "$tmp/grid.txt" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 \
   --gpus-per-node=0 --time=30 -- --set train.seed=7) || { echo "$out"; fail "sweep submit"; }
 echo "$out"
 last=$(tail -1 <<<"$out")

@@ -5,7 +5,8 @@
 # COMPLETED with exit 0, its log shows the doctor, the launch and training, the metrics
 # file has every step and the last checkpoint is complete. Then the same with
 # JUMBO_LAUNCHER=mpirun (Open MPI's mpirun inside the allocation) and the layout from
-# `jumbo plan --best` for 1 node x 4 ranks.
+# `jumbo plan --best` for 1 node x 4 ranks. Every job is submitted by the harness's
+# unprivileged job user (tests/support/slurm_cluster.sh), as on ParallelCluster.
 # Usage: train.sh JUMBO REPO
 set -uo pipefail
 jumbo=$1
@@ -48,12 +49,14 @@ every = 1
 peak_tflops = 1
 EOF
 
-start_slurm "$tmp/slurm" || fail "could not start Slurm"
-mkdir -p "$tmp/logs"
-unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER
+# One job below is requeued once: cred_expire 10 s, not ParallelCluster's 70 (the BeginTime wait).
+SLURM_TEST_CRED_EXPIRE=10 start_slurm "$tmp/slurm" || fail "could not start Slurm"
+job_user_test_dirs "$tmp" "$repo" "$jumbo" || fail "the job user cannot use this checkout"
+# Not root: Open MPI's permission to run as root is withdrawn, so a job that did would fail.
+unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER \
+  OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 export JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_ROOT=$tmp/fsx JUMBO_EXPECT_EFA=0 \
-  JUMBO_DOCTOR=${JUMBO_DOCTOR:-1} OMP_NUM_THREADS=1 \
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  JUMBO_DOCTOR=${JUMBO_DOCTOR:-1} OMP_NUM_THREADS=1
 # The cluster's one node has CPUs=8 and no GPUs: 4 ranks of 1 CPU, --gpus-per-node=0
 # replaces the script's --gpus-per-node=8 (Slurm 22.05 refused --gres=none and --gpus=0).
 # --time=30 (minutes) stays clear of --signal=B:USR1@600, which would stop a 10-minute job
@@ -67,7 +70,7 @@ check_run() {
   shift 3
   t0=$SECONDS
   id=$(JUMBO_LAUNCHER=$launcher JUMBO_RUN_NAME=$name JUMBO_LAYOUT_FROM_PLAN=$from_plan \
-    sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh "$@") || fail "sbatch failed"
+    as_job_user sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh "$@") || fail "sbatch failed"
   log=$tmp/logs/j1-jumbo-$id.out
   wait_job "$id" COMPLETED 150 || fail "$launcher: job $id did not complete"
   [[ $(job_field "$id" ExitCode) == 0:0 ]] || fail "$launcher: exit code $(job_field "$id" ExitCode)"
@@ -102,7 +105,7 @@ grep "jumbo-slurm:" "$log"
 
 # The decisions that end a job FAILED, three jobs at once (2 ranks each): a mistake in the
 # arguments (exit 2, never requeued); `jumbo train` failing every time (requeued
-# JUMBO_MAX_RESTARTS = 1 time, then not); a node failing `jumbo doctor` (exit 1, no requeue).
+# JUMBO_MAX_FAILURES = 1 time, then not); a node failing `jumbo doctor` (exit 1, no requeue).
 # The failures come from a stand-in binary that fails one verb and runs the real one else.
 cat >"$tmp/fake-jumbo" <<EOF
 #!/usr/bin/env bash
@@ -112,11 +115,12 @@ EOF
 chmod +x "$tmp/fake-jumbo"
 t0=$SECONDS
 sbatch_args=("${sbatch_args[@]/--ntasks-per-node=4/--ntasks-per-node=2}")
-bad=$(JUMBO_RUN_NAME=bad sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh --set train.lrr=1) || fail sbatch
-fails=$(JUMBO=$tmp/fake-jumbo FAKE_FAIL=train FAKE_FAIL_CODE=3 JUMBO_MAX_RESTARTS=1 JUMBO_RUN_NAME=fails \
-  sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh) || fail sbatch
+bad=$(JUMBO_RUN_NAME=bad as_job_user sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh --set train.lrr=1) ||
+  fail sbatch
+fails=$(JUMBO=$tmp/fake-jumbo FAKE_FAIL=train FAKE_FAIL_CODE=3 JUMBO_MAX_FAILURES=1 JUMBO_RUN_NAME=fails \
+  as_job_user sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh) || fail sbatch
 sick=$(JUMBO=$tmp/fake-jumbo FAKE_FAIL=doctor FAKE_FAIL_CODE=1 JUMBO_DOCTOR=1 JUMBO_RUN_NAME=sick \
-  sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh) || fail sbatch
+  as_job_user sbatch "${sbatch_args[@]}" slurm/train_jumbo.sh) || fail sbatch
 # check_failed ID EXIT RESTARTS PATTERN...: FAILED with that exit code and restart count,
 # and each pattern in the log.
 check_failed() {
@@ -132,9 +136,9 @@ check_failed() {
 check_failed "$bad" 2 0 "unknown key train.lrr" \
   "jumbo-slurm: not requeued because jumbo info found a mistake"
 check_failed "$fails" 3 1 \
-  "jumbo-slurm: requeued because jumbo train failed (exit 3): failure 1 of at most JUMBO_MAX_RESTARTS=1" \
+  "jumbo-slurm: requeued because jumbo train failed (exit 3): failure 1 of at most JUMBO_MAX_FAILURES=1 per JUMBO_FAILURE_WINDOW_HOURS=24 h" \
   "jumbo-slurm: job $fails (restart 1)" \
-  "jumbo-slurm: not requeued because jumbo train failed (exit 3) and this job has already been requeued after 1 failure(s)"
+  "jumbo-slurm: not requeued because jumbo train failed (exit 3) and the run has already been requeued after 1 failure(s) in the last 24 h"
 check_failed "$sick" 1 0 "fake jumbo: doctor fails" \
   "jumbo-slurm: not requeued because jumbo doctor failed"
 echo "ok: input mistake, repeated failure and failed doctor end FAILED as intended in $((SECONDS - t0)) s"

@@ -1,11 +1,23 @@
 # Sourced by test scripts: a one-node Slurm cluster on this machine, no systemd, no root
-# configuration touched (everything lives under one directory and SLURM_CONF points at it).
+# configuration touched beyond one sudoers file and one user (everything else lives under one
+# directory and SLURM_CONF points at it). As strict as ParallelCluster where it matters (its
+# slurm.conf values, its partition line, jobs of an unprivileged user with its sudo rule):
+# see _slurm_common_conf and _slurm_setup_job_user.
 #   start_slurm DIR            munged + slurmctld + slurmd with their config, state, logs and
-#                              pid files under DIR; exports SLURM_CONF; returns once the node
-#                              is idle (bounded). The node claims CPUs=8 whatever the machine has
+#                              pid files under DIR; the job user and its sudoers file; exports
+#                              SLURM_CONF and JUMBO_JOB_USER; returns once the node is idle
+#                              (bounded). The node claims CPUs=8 whatever the machine has
 #                              (and exports OMPI_MCA_mpi_yield_when_idle=1 for that reason).
+#                              SLURM_TEST_CRED_EXPIRE: AuthInfo's cred_expire (default 70, as
+#                              ParallelCluster's; tests that wait out requeues set 10).
 #   stop_slurm                 cancels every job of this cluster, kills what is left of them
-#                              and the three daemons, by PID (TERM, then KILL), removes DIR
+#                              and the three daemons, by PID (TERM, then KILL), removes the
+#                              sudoers file and DIR
+#   as_job_user CMD...         runs CMD as the job user (sbatch, scancel: what a user runs)
+#   job_user_dirs DIR...       creates DIRs owned by the job user (the "shared file system")
+#   job_user_can_read PATH...  fails with one line naming the first PATH (or a parent) the job
+#                              user cannot read: the checkout must be readable by others
+#   job_user_test_dirs TMP REPO JUMBO   all of that for a test's temporary directory
 #   wait_job JOBID STATE... TIMEOUT
 #                              polls `scontrol show job` every 0.5 s until the job is in one of
 #                              the STATEs; fails with the job's record and log on timeout or
@@ -13,7 +25,7 @@
 #   job_field JOBID FIELD      one field of `scontrol show job` (JobState, Restarts, ExitCode...)
 #   slurm_logs                 the daemons' logs (for a test's failure message)
 # Never `sbatch --wait`: it polls slowly (a 12 s job returns after ~40 s).
-# Slurm 22.05 packages: slurmctld slurmd slurm-client munge (scripts/install-deps.sh).
+# Slurm 22.05 packages: slurmctld slurmd slurm-client munge, and sudo (scripts/install-deps.sh).
 
 _slurm_fail() { echo "slurm_cluster: $*" >&2; return 1; }
 
@@ -52,8 +64,23 @@ _slurm_kill() {
   kill -KILL "$pid" 2>/dev/null
 }
 
-# The settings every test cluster shares (this one-node harness and slurm_multihost.sh):
-# plugins that need no cgroups or systemd, no accounting, quick scheduling and timeouts.
+# The settings every test cluster shares (this one-node harness and slurm_multihost.sh).
+# Where ParallelCluster's value changes what a job sees, it is taken from its template:
+# aws-parallelcluster-cookbook (commit f75d84c), cookbooks/aws-parallelcluster-slurm/templates/
+# default/slurm/slurm.conf.erb, lines 51-67: SlurmctldTimeout=300 SlurmdTimeout=180
+# UnkillableStepTimeout=180 MinJobAge=300 KillWait=30 MessageTimeout=60 AuthInfo=cred_expire=70
+# EnforcePartLimits=ALL ProctrackType=proctrack/cgroup ReturnToService=1
+# TaskPlugin=task/affinity,task/cgroup; SelectTypeParameters=CR_CPU (files/default/
+# head_node_slurm/slurm/templates/slurm_parallelcluster.conf line 14). Kept different, and why:
+#  - cred_expire: also how long a requeued job waits before it may start again
+#    ("Reason=BeginTime"); SLURM_TEST_CRED_EXPIRE, default 70 as ParallelCluster, and 10 in
+#    the tests that wait out requeues (each requeue would add a minute). The scripts' comments
+#    use ParallelCluster's 70.
+#  - the controller and daemon timeouts (SlurmctldTimeout, SlurmdTimeout, MessageTimeout):
+#    they decide only how soon a dead daemon is noticed, which the tests wait for.
+#  - proctrack/linuxproc and task/none: no cgroups or systemd here.
+#  - SlurmUser=root: the daemons run as root here (ParallelCluster: the slurm user). The jobs do
+#    not: they run as JUMBO_JOB_USER (_slurm_setup_job_user).
 # Prints slurm.conf lines; DIR holds munge's socket and the state.
 _slurm_common_conf() {
   local dir=$1
@@ -62,9 +89,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# cred_expire: also how long a requeued job waits before it may start again (default
-# 120 s, "Reason=BeginTime"); 10 s keeps the requeue tests short.
-AuthInfo=socket=$dir/munge/munge.socket,cred_expire=10
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=${SLURM_TEST_CRED_EXPIRE:-70}
 StateSaveLocation=$dir/state
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
@@ -84,17 +109,115 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 JobRequeue=1
-ReturnToService=2
+# ParallelCluster's: a job larger than its partition is refused at submission, not left pending.
+EnforcePartLimits=ALL
+ReturnToService=1
 MaxArraySize=1001
-# Short timeouts: a test waits for them.
 MinJobAge=300
+KillWait=30
+UnkillableStepTimeout=180
+# Short: a test waits for them.
 SlurmctldTimeout=10
 MessageTimeout=10
-KillWait=5
 InactiveLimit=0
 SlurmdParameters=config_overrides
 EOF
   : >"$dir/plugstack.conf"  # none of the system's SPANK plugins
+}
+
+# _slurm_partition NODES: the partition as ParallelCluster writes one per queue, a NodeSet
+# and a partition of it with no node limit of its own (config_renderer.py lines 183-194 in
+# the same commit): with EnforcePartLimits=ALL a job asking for more nodes than the queue
+# has is refused by sbatch ("Node count specification invalid").
+_slurm_partition() {
+  echo "NodeSet=test_nodes Nodes=$1"
+  echo "PartitionName=test Nodes=test_nodes MaxTime=INFINITE State=UP Default=YES"
+}
+
+# The job user: ParallelCluster's default user (ec2-user, ubuntu) is an ordinary user, not a
+# Slurm operator; sudo works for it (NOPASSWD: ALL, the AMI's cloud-init rule) but with
+# ParallelCluster's secure_path, which lacks /opt/slurm/bin, where scontrol is:
+# aws-parallelcluster-cookbook f75d84c, cookbooks/aws-parallelcluster-platform/recipes/
+# install/sudo_install.rb lines 24-34 (/usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin
+# /bin /snap/bin, into /etc/sudoers.d/99-parallelcluster-secure-path). Debian's scontrol is
+# in /usr/bin (and /bin links to it), so this user's secure_path lacks those two, as
+# ParallelCluster's lacks /opt/slurm/bin: `sudo -n scontrol` fails as it would there.
+# SLURM_CONF is kept through sudo only so that root's scontrol finds this test cluster (on
+# ParallelCluster scontrol reads its built-in /opt/slurm/etc/slurm.conf).
+JUMBO_JOB_USER=${JUMBO_JOB_USER:-jumbojob}
+_slurm_setup_job_user() {
+  local file=$1
+  command -v sudo >/dev/null ||
+    { _slurm_fail "sudo is not installed: run scripts/install-deps.sh"; return 1; }
+  if ! id -u "$JUMBO_JOB_USER" >/dev/null 2>&1; then
+    useradd --create-home --user-group --shell /bin/bash "$JUMBO_JOB_USER" ||
+      { _slurm_fail "could not create the job user $JUMBO_JOB_USER"; return 1; }
+  fi
+  cat >"$file.new" <<EOF
+# Written by tests/support/slurm_cluster.sh for one test cluster; removed by stop_slurm.
+Defaults:$JUMBO_JOB_USER secure_path = /usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin:/snap/bin
+Defaults:$JUMBO_JOB_USER env_keep += "SLURM_CONF"
+$JUMBO_JOB_USER ALL=(ALL) NOPASSWD: ALL
+EOF
+  chmod 440 "$file.new"
+  visudo -cq -f "$file.new" || { rm -f "$file.new"; _slurm_fail "visudo refused $file"; return 1; }
+  mv "$file.new" "$file"
+  export JUMBO_JOB_USER
+}
+
+# _slurm_job_user_access DIR: the job user's way into the cluster's directory (its clients
+# read slurm.conf and talk to munged's socket; the key stays root's) and its sudoers file,
+# /etc/sudoers.d/jumbo-test-PID (sudo skips names with a dot), after removing those of
+# test shells that are gone.
+_slurm_job_user_access() {
+  local dir=$1 f
+  chmod 755 "$dir" && chmod 711 "$dir/munge" || return 1
+  for f in /etc/sudoers.d/jumbo-test-*; do
+    [[ -e $f && ! -e /proc/${f##*-} ]] && rm -f "$f"
+  done
+  SLURM_TEST_SUDOERS=/etc/sudoers.d/jumbo-test-$$
+  _slurm_setup_job_user "$SLURM_TEST_SUDOERS"
+}
+
+_slurm_remove_sudoers() {
+  [[ -n ${SLURM_TEST_SUDOERS:-} ]] && rm -f "$SLURM_TEST_SUDOERS" "$SLURM_TEST_SUDOERS.new"
+  unset SLURM_TEST_SUDOERS
+}
+
+as_job_user() {
+  local home
+  home=$(getent passwd "$JUMBO_JOB_USER" | cut -d: -f6)
+  HOME=$home USER=$JUMBO_JOB_USER LOGNAME=$JUMBO_JOB_USER \
+    setpriv --reuid="$JUMBO_JOB_USER" --regid="$JUMBO_JOB_USER" --init-groups -- "$@"
+}
+
+job_user_dirs() {
+  mkdir -p "$@" && chown "$JUMBO_JOB_USER:" "$@"
+}
+
+# job_user_test_dirs TMP REPO JUMBO: what a Slurm test does for its job user: TMP (mktemp's
+# mode 0700) opened to it, the checkout and the binary checked readable, TMP/fsx (the shared
+# file system) and TMP/logs (the job logs) its own.
+job_user_test_dirs() {
+  chmod 755 "$1" && job_user_can_read "$SLURM_CONF" "$2/slurm/common.sh" "$3" &&
+    job_user_dirs "$1/fsx" "$1/logs"
+}
+
+job_user_can_read() {
+  local path d part parts what
+  for path in "$@"; do
+    as_job_user test -r "$path" && continue
+    what="$path itself is not readable by others"
+    d=
+    IFS=/ read -ra parts <<<"${path#/}"
+    for part in "${parts[@]:0:${#parts[@]}-1}"; do
+      d+=/$part
+      as_job_user test -x "$d" || { what="$d is not searchable by others"; break; }
+    done
+    _slurm_fail "the job user $JUMBO_JOB_USER cannot read $path: $what (the checkout, the" \
+      "build and the test's directories must be readable by others: chmod o+rx)"
+    return 1
+  done
 }
 
 _slurm_write_conf() {
@@ -111,8 +234,8 @@ SlurmdPidFile=$dir/slurmd.pid
 SlurmdLogFile=$dir/log/slurmd.log
 SlurmdTimeout=30
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
-PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
+    _slurm_partition "$host"
     _slurm_common_conf "$dir"
   } >"$dir/slurm.conf"
 }
@@ -158,7 +281,7 @@ start_slurm() {
   mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || return 1
   SLURM_TEST_DIR=$dir
   mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log" || return 1
-  chmod 700 "$dir/munge"
+  _slurm_job_user_access "$dir" || { stop_slurm; return 1; }
 
   local host ports
   host=$(hostname -s)
@@ -204,6 +327,7 @@ stop_slurm() {
   _slurm_kill "$(_slurm_pid "$dir/slurmd.pid")" slurmd
   _slurm_kill "$(_slurm_pid "$dir/slurmctld.pid")" slurmctld
   _slurm_kill "$(_slurm_pid "$dir/munge/munged.pid")" munged
+  _slurm_remove_sudoers
   unset SLURM_TEST_DIR SLURM_CONF
   rm -rf "$dir"
 }

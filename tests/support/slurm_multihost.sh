@@ -18,7 +18,8 @@
 #                       OMPI_MCA_{btl,oob}_tcp_if_include (the bridge's subnet), Open MPI's
 #                       session and shared-memory directories under DIR, pml ob1 and btl
 #                       self,vader,tcp; sets
-#                       MULTIHOST_HOSTS, MULTIHOST_PREFIX, MULTIHOST_NET; returns once every
+#                       MULTIHOST_HOSTS, MULTIHOST_PREFIX, MULTIHOST_NET; the job user and
+#                       its sudo rule as in slurm_cluster.sh; returns once every
 #                       node is idle (bounded). MULTIHOST_SLURMD_TIMEOUT (default 30):
 #                       slurm.conf's SlurmdTimeout.
 #   stop_multihost      cancels the jobs, kills every process left in the hosts' namespaces
@@ -32,8 +33,9 @@
 #   multihost_cleanup TAG         removes what runs with TAG left behind (their shell ended
 #                                 without stop_multihost); start_multihost does it too
 #   multihost_nodes_idle          every node idle in sinfo
-# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field, _slurm_common_conf,
-# _slurm_start_munge_and_ctld.
+# From tests/support/slurm_cluster.sh (sourced here): wait_job, job_field, as_job_user,
+# job_user_dirs, job_user_can_read, _slurm_common_conf (ParallelCluster's values),
+# _slurm_partition, _slurm_start_munge_and_ctld.
 
 # shellcheck source=tests/support/slurm_cluster.sh
 source "$(dirname "${BASH_SOURCE[0]}")/slurm_cluster.sh"
@@ -136,7 +138,7 @@ EOF
     for ((i = 1; i <= ${#MULTIHOST_HOSTS[@]}; i++)); do
       echo "NodeName=host$i NodeAddr=$MULTIHOST_NET.$((10 + i)) CPUs=$cpus RealMemory=1000 State=UNKNOWN"
     done
-    echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+    _slurm_partition "host[1-${#MULTIHOST_HOSTS[@]}]"
     _slurm_common_conf "$dir"
   } >"$dir/slurm.conf"
 }
@@ -206,7 +208,7 @@ start_multihost() {
   for ((i = 1; i <= nhosts; i++)); do MULTIHOST_HOSTS+=("host$i"); done
   mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/log" "$dir/run" "$dir/bin" ||
     { stop_multihost; return 1; }
-  chmod 700 "$dir/munge"
+  _slurm_job_user_access "$dir" || { stop_multihost; return 1; }
 
   # Under the lock: remove stale runs of TAG, take the first free PREFIX = TAG + number and
   # the first /24 no interface uses, and create the bridge with its address (which claims it).
@@ -217,6 +219,8 @@ start_multihost() {
   for ((n = 1; n < 100; n++)); do
     [[ -e $MULTIHOST_RUN_ROOT/$tag$n || -e /run/netns/$tag$n-host1 ]] && continue
     ip link show "$tag${n}br" >/dev/null 2>&1 && continue
+    # A host's veth can outlive its run while something still holds the namespace open.
+    ip link show "$tag${n}v1" >/dev/null 2>&1 && continue
     MULTIHOST_PREFIX=$tag$n
     break
   done
@@ -252,7 +256,7 @@ start_multihost() {
       ip -n "$ns" addr add "$addr/24" dev eth0 && ip -n "$ns" link set eth0 up &&
       ip -n "$ns" link set lo up &&
       touch "$uts" && unshare --uts="$uts" hostname "$host" &&
-      mkdir -p "$dir/spool/$host" "$dir/tmp/$host"; } ||
+      mkdir -p "$dir/spool/$host" "$dir/tmp/$host" && chmod 1777 "$dir/tmp/$host"; } ||
       { _mh_fail "could not create host $host ($ns, $addr)"; stop_multihost; return 1; }
   done
 
@@ -267,7 +271,8 @@ start_multihost() {
   # Open MPI names its session directory and shared-memory segments by host name and job id
   # (from Slurm's job and step): two clusters at once both have host1 running job 1. Per run,
   # then; and shared memory within a host, TCP between hosts, nothing else probed (PSM, UCX).
-  mkdir -p "$dir/ompi"
+  # Written by the job user's ranks too.
+  mkdir -p "$dir/ompi" && chmod 1777 "$dir/ompi"
   export OMPI_MCA_orte_tmpdir_base=$dir/ompi OMPI_MCA_btl_vader_backing_directory=$dir/ompi
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
 
@@ -307,6 +312,7 @@ stop_multihost() {
   _slurm_kill "$(_slurm_pid "$dir/slurmctld.pid")" slurmctld
   _slurm_kill "$(_slurm_pid "$dir/munge/munged.pid")" munged
   [[ -n $prefix ]] && _mh_remove_prefix "$prefix"
+  _slurm_remove_sudoers
   unset MULTIHOST_DIR MULTIHOST_PREFIX SLURM_CONF OMPI_MCA_plm_rsh_agent \
     OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include OMPI_MCA_orte_tmpdir_base \
     OMPI_MCA_btl_vader_backing_directory OMPI_MCA_pml OMPI_MCA_btl
