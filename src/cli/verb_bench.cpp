@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
+#include "jumbo/config/gpus.h"
 #include "jumbo/obs/peak.h"
 #include "jumbo/infer/bench_generate.h"
+#include "jumbo/parallel/stage_plan.h"
 #include "jumbo/serve/load_generator.h"
 #include "jumbo/train/bench.h"
 #include "jumbo/train/device.h"
@@ -21,33 +24,73 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   bench->require_subcommand(1);
 
   struct Args {
-    std::string model;
+    std::string model, config;
+    std::vector<std::string> overrides;
     std::string precision = "fp32", device = "cpu";
     TrainBenchOptions opts;
+    RunBenchOptions run;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* train = bench->add_subcommand("train", "full training steps: tokens/s and MFU");
-  train->add_option("-m,--model", args->model, "model preset TOML")->required();
-  train->add_option("--micro-batch", args->opts.micro_batch)->capture_default_str();
-  train->add_option("--seq", args->opts.seq)->capture_default_str();
-  train->add_option("--micro-steps", args->opts.micro_steps, "microbatches per step")
-      ->capture_default_str();
+  CLI::App* train = bench->add_subcommand(
+      "train", "full training steps: tokens/s and MFU of a model preset on one rank, or "
+               "(--config) a run's model and layout on every MPI rank against the plan");
+  CLI::Option* model = train->add_option("-m,--model", args->model, "model preset TOML");
+  CLI::Option* config = train->add_option(
+      "-c,--config", args->config,
+      "run config TOML: its model, layout, global batch and train.device on every rank "
+      "(synthetic tokens; no data, no checkpoint), timed against jumbo plan's estimate");
+  model->excludes(config);
+  train->add_option("--set", args->overrides, "override a key of the run config (repeatable)")
+      ->needs(config);
+  const std::vector<CLI::Option*> preset_only = {
+      train->add_option("--micro-batch", args->opts.micro_batch)->capture_default_str(),
+      train->add_option("--seq", args->opts.seq)->capture_default_str(),
+      train->add_option("--micro-steps", args->opts.micro_steps, "microbatches per step")
+          ->capture_default_str(),
+      train->add_option("--precision", args->precision, "fp32 or bf16")->capture_default_str(),
+      train->add_option("--peak-tflops", args->opts.peak_tflops,
+                        "0 = the GPU's bf16 peak, or measure this machine's fp32 peak")
+          ->capture_default_str(),
+      train->add_option("--device", args->device, "cpu or cuda")->capture_default_str()};
+  for (CLI::Option* o : preset_only) o->excludes(config);
   train->add_option("--steps", args->opts.steps, "timed steps")->capture_default_str();
   train->add_option("--warmup", args->opts.warmup_steps, "untimed steps")->capture_default_str();
-  train->add_option("--precision", args->precision, "fp32 or bf16")->capture_default_str();
-  train->add_option("--peak-tflops", args->opts.peak_tflops,
-                    "0 = the GPU's bf16 peak, or measure this machine's fp32 peak")
-      ->capture_default_str();
-  train->add_option("--device", args->device, "cpu or cuda")->capture_default_str();
+  train->add_option("--gpu", args->run.gpu,
+                    "--config: the GPU type of the plan's estimate (default: train.gpu, else "
+                    "a100-40gb): " + known_gpu_names())
+      ->needs(config);
+  train->add_option("--nodes", args->run.nodes, "--config: nodes of the plan (ranks = nodes x "
+                                                "GPUs per node)")
+      ->capture_default_str()
+      ->needs(config);
+  train->add_option("--gpus-per-node", args->run.gpus_per_node,
+                    "--config: ranks per node of the plan (default: ranks / nodes)")
+      ->needs(config);
   train->callback([&run, args] {
     run = [args] {
-      if (args->precision != "fp32" && args->precision != "bf16") {
-        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", args->precision));
+      if (args->model.empty() == args->config.empty()) {
+        throw UserError("bench train: give --model PRESET (one rank) or --config RUN.toml (the "
+                        "run's layout on every rank)");
       }
       if (args->opts.micro_batch < 1 || args->opts.seq < 1 || args->opts.steps < 1 ||
           args->opts.micro_steps < 1 || args->opts.warmup_steps < 0) {
         throw UserError("bench train: --micro-batch, --seq, --steps and --micro-steps must be "
                         ">= 1, --warmup >= 0");
+      }
+      if (!args->config.empty()) {
+        const RunConfig cfg = load_run_config(args->config, args->overrides);
+        // Before a device is opened, as `jumbo train` (rank 0's stage options).
+        check_device_supports(cfg, plan_stage(cfg, GridCoords{}).model, cfg.parallel.device);
+        args->run.steps = args->opts.steps;
+        args->run.warmup_steps = args->opts.warmup_steps;
+        auto backend = make_backend(cfg.parallel.device);
+        auto world = make_world_comm(*backend);
+        const RunBenchResult r = bench_run(cfg, args->run, *backend, world);
+        if (world->rank() == 0) fmt::print("{}\n", describe(r, cfg, args->run));
+        return 0;
+      }
+      if (args->precision != "fp32" && args->precision != "bf16") {
+        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", args->precision));
       }
       if (args->device != "cpu" && args->device != "cuda") {
         throw UserError(fmt::format("--device {}: expected cpu or cuda", args->device));

@@ -4,27 +4,38 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "jumbo/comm/comm.h"
+#include "jumbo/comm/grid.h"
+#include "jumbo/comm/watchdog.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/model/init.h"
 #include "jumbo/obs/peak.h"
+#include "jumbo/parallel/groups.h"
+#include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/parallel/stage_plan.h"
+#include "jumbo/plan/search.h"
+#include "jumbo/train/grad_sync.h"
+#include "jumbo/train/optimizer.h"
+#include "jumbo/train/device.h"
 #include "jumbo/train/step.h"
 
 namespace jumbo {
 namespace {
 
 // Synthetic tokens from the counter generator: deterministic, no data files needed.
+// `stream` tells data-parallel ranks apart; the tp and pp ranks of one replica draw alike.
 class SyntheticBatches final : public MicrobatchSource {
  public:
-  SyntheticBatches(int64_t n, int64_t vocab) : n_(n), vocab_(vocab) {}
+  SyntheticBatches(int64_t n, int64_t vocab, uint64_t stream = 11)
+      : n_(n), vocab_(vocab), stream_(stream) {}
   void next(int32_t* tokens, int32_t* targets) override {
     for (int64_t i = 0; i < n_; ++i) {
-      const float u = counter_normal(7, 11, static_cast<uint64_t>(calls_ * n_ + i));
+      const float u = counter_normal(7, stream_, static_cast<uint64_t>(calls_ * n_ + i));
       tokens[i] = static_cast<int32_t>(static_cast<int64_t>(std::abs(u) * 1e6) % vocab_);
       targets[i] = static_cast<int32_t>((tokens[i] * 31 + 7) % vocab_);
     }
@@ -32,7 +43,9 @@ class SyntheticBatches final : public MicrobatchSource {
   }
 
  private:
-  int64_t n_, vocab_, calls_ = 0;
+  int64_t n_, vocab_;
+  uint64_t stream_;
+  int64_t calls_ = 0;
 };
 
 }  // namespace
@@ -103,6 +116,130 @@ std::string describe(const TrainBenchResult& r, const ModelConfig& m,
       kModelFlopsFormula, r.model_tflops * 1e3, r.peak_tflops * 1e3,
       o.peak_tflops > 0 ? "given" : o.device == Device::cuda ? "the GPU's bf16 dense peak" : "measured fp32 FMA peak", r.mfu * 100, r.loss_first,
       r.loss_last);
+}
+
+namespace {
+
+// The plan's request for a run config, as `jumbo plan --config CONFIG --gpu G --nodes N
+// --gpus-per-node P` builds it (src/cli/verb_plan.cpp): the model, global batch and precision
+// of the config, sequence = model.context, the GPU time model.
+PlanRequest plan_request_of(const RunConfig& cfg, const GpuSpec& gpu, int64_t nodes,
+                            int64_t gpus_per_node) {
+  PlanRequest r;
+  r.model = cfg.model;
+  r.gpu = gpu;
+  r.nodes = nodes;
+  r.gpus_per_node = gpus_per_node;
+  r.target.device = PlanDevice::gpu;
+  r.target.precision = cfg.train.precision;
+  r.target.global_batch = cfg.train.global_batch;
+  return r;
+}
+
+}  // namespace
+
+std::string layout_token(const Layout& l) {
+  return fmt::format("tp{},pp{},dp{},mb{},vs{},recompute={},zero1={},sp={}", l.tp, l.pp, l.dp,
+                     l.micro_batch, l.virtual_stages, to_string(l.recompute),
+                     l.zero1_active() ? 1 : 0, l.sequence_parallel_active() ? 1 : 0);
+}
+
+RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, Backend& backend,
+                         std::shared_ptr<Comm> world) {
+  const int world_size = world->size();
+  const int64_t per_node = opts.gpus_per_node > 0 ? opts.gpus_per_node
+                                                  : world_size / std::max<int64_t>(opts.nodes, 1);
+  if (opts.nodes < 1 || per_node < 1 || opts.nodes * per_node != world_size) {
+    throw UserError(fmt::format("bench train: --nodes {} x --gpus-per-node {} is not the {} "
+                                "ranks of this launch", opts.nodes, per_node, world_size));
+  }
+  const std::string gpu_name = !opts.gpu.empty()          ? opts.gpu
+                               : !config.train.gpu.empty() ? config.train.gpu
+                                                          : "a100-40gb";
+  const GpuSpec* gpu = find_gpu(gpu_name);
+  if (!gpu) {
+    throw UserError(fmt::format("bench train: --gpu {}: expected one of {}", gpu_name,
+                                known_gpu_names()));
+  }
+  // What `jumbo train` builds (Trainer's constructor) less the data, metrics and checkpoints.
+  const RunConfig cfg = validated_for_world(config, world_size);
+  Grid grid(world, static_cast<int>(cfg.parallel.tp), static_cast<int>(cfg.parallel.pp));
+  ProcessGroups groups = process_groups(grid);
+  const StagePlan plan = plan_stage(cfg, grid.coords());
+  check_device_supports(cfg, plan.model, backend.device().kind());
+  if (world_size > 1) start_comm_watchdog(cfg.parallel.comm_timeout_s);
+  GptModel model(cfg.model, plan.model, backend, groups.tp);
+  model.initialize(cfg.train.seed);
+  GradSync grad_sync(model.params(), groups, plan);
+  AdamW optimizer(model.params(), backend, cfg.train, plan);
+  PipelineRunner pipeline(model, groups.pp, plan);
+  const StepParts parts{model, pipeline, grad_sync, optimizer, groups};
+
+  const int64_t seq = cfg.model.context, batch = cfg.train.global_batch;
+  const int64_t micro_steps = batch / (cfg.parallel.micro_batch * cfg.parallel.dp);
+  SyntheticBatches source(cfg.parallel.micro_batch * seq, cfg.model.vocab,
+                          100 + static_cast<uint64_t>(grid.dp_rank()));
+  RunBenchResult r;
+  r.layout = cfg.parallel;
+  r.device = backend.device().kind();
+  r.world = world_size;
+  r.gpu = gpu_name;
+  backend.set_flush_denormals(true);  // as the trainer's step loop
+  for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepResult sr = train_step(parts, source, {.microbatches = micro_steps,
+                                                     .batch_tokens = batch * seq,
+                                                     .lr = cfg.train.lr,
+                                                     .grad_clip = cfg.train.grad_clip});
+    backend.stream().synchronize();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The step is as long as its slowest rank (the next step's collectives wait for it).
+    const double slowest = world->all_reduce_scalar(dt, ReduceOp::max);
+    if (s == 0) r.loss_first = sr.loss;
+    r.loss_last = sr.loss;
+    if (s >= opts.warmup_steps) r.step_times_s.push_back(slowest);
+  }
+  backend.set_flush_denormals(false);
+  grad_sync.wait_for_weights();
+  std::vector<double> sorted = r.step_times_s;
+  std::sort(sorted.begin(), sorted.end());
+  r.step_time_s = sorted[sorted.size() / 2];
+  if (r.device == Device::cuda) {
+    const PlanCandidate c =
+        evaluate_layout(plan_request_of(cfg, *gpu, opts.nodes, per_node), cfg.parallel);
+    r.has_plan = true;
+    r.plan_step_time_s = c.step_time_s;
+    r.plan_terms = fmt::format("compute {:.3f} s, bubble {:.3f} s, tp comm {:.3f} s, dp comm "
+                               "{:.3f} s, pp comm {:.3f} s",
+                               c.compute_s, c.bubble_s, c.tp_comm_s, c.dp_comm_s, c.pp_comm_s);
+  }
+  return r;
+}
+
+std::string describe(const RunBenchResult& r, const RunConfig& cfg, const RunBenchOptions& o) {
+  std::string times;
+  for (double t : r.step_times_s) times += fmt::format("{}{:.3f}", times.empty() ? "" : " ", t);
+  std::string out = fmt::format(
+      "bench train {} ({}): layout {} on {} ranks, {}; global batch {} x seq {}, synthetic tokens\n"
+      "  step (fwd+bwd+AdamW, slowest rank) {:.3f} s median of {} after {} warmup: {} s\n"
+      "  loss {:.3f} -> {:.3f}\n",
+      cfg.model.name, cfg.source, r.layout.describe(), r.world, to_string(r.device),
+      cfg.train.global_batch, cfg.model.context, r.step_time_s, o.steps, o.warmup_steps, times,
+      r.loss_first, r.loss_last);
+  if (r.has_plan) {
+    out += fmt::format("  plan for {} (docs/plan.md, time model): {:.3f} s = {}\n", r.gpu,
+                       r.plan_step_time_s, r.plan_terms);
+    out += fmt::format("preflight: step measured={:.4f}s plan={:.4f}s ratio={:.3f} layout={} "
+                       "device={} gpu={} ranks={}",
+                       r.step_time_s, r.plan_step_time_s, r.step_time_s / r.plan_step_time_s,
+                       layout_token(r.layout), to_string(r.device), r.gpu, r.world);
+  } else {
+    out += fmt::format("preflight: step measured={:.4f}s plan=na ratio=na layout={} device={} "
+                       "ranks={} (the plan's time model is for GPUs: estimate_time uses a GPU's "
+                       "bf16 peak, NVLink and EFA, and has no CPU form)",
+                       r.step_time_s, layout_token(r.layout), to_string(r.device), r.world);
+  }
+  return out;
 }
 
 }  // namespace jumbo

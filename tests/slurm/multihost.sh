@@ -196,4 +196,40 @@ for np in 1 2 4; do
 done
 cat "$log"
 echo "ok: slurm/scaling.sh strong across host1 and host2 in $((SECONDS - t0)) s"
+
+# 5. slurm/preflight.sh, its CPU form, on both hosts (its parts alone: tests/slurm/preflight.sh):
+# the doctor passes on each host, nccl-tests is skipped in one line (no GPU), and `jumbo bench
+# train` runs run.toml on the 4 ranks with the layout `jumbo plan --best` chose for 2 hosts x
+# 2 ranks; the table, and the machine-readable step line (plan=na: the time model is a GPU's).
+t0=$SECONDS
+id=$(JUMBO_RUN_NAME=mh-preflight as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=2 \
+  slurm/preflight.sh) || fail "sbatch preflight"
+log=$tmp/logs/jumbo-preflight-$id.out
+wait_job "$id" COMPLETED 90 || fail "preflight: job $id did not complete"
+[[ $(job_field "$id" ExitCode) == 0:0 ]] || fail "preflight: exit code $(job_field "$id" ExitCode)"
+chosen=$(sed -n 's/.*jumbo-slurm: layout: jumbo plan chose --set parallel.tp=\([0-9]*\) --set parallel.pp=\([0-9]*\) --set parallel.micro_batch=\([0-9]*\) .*/tp\1,pp\2,dp[0-9]+,mb\3,/p' "$log")
+[[ -n $chosen ]] || fail "preflight: no 'layout: jumbo plan chose' line"
+for want in '^preflight: stage +result +numbers$' \
+  '^preflight: doctor +pass +every node passed \(2 nodes, host\[1-2\]\)$' \
+  '^preflight: nccl-tests +skipped +no GPU on host1 \(nvidia-smi lists none\): the CPU form runs no all_reduce_perf$' \
+  "^preflight: bench +pass +measured=[0-9.]+s plan=na ratio=na layout=$chosen.* device=cpu ranks=4 " \
+  "^preflight: step measured=[0-9.]+s plan=na ratio=na layout=$chosen.* device=cpu ranks=4 " \
+  '^preflight: passed: every stage passed or was skipped$'; do
+  grep -qE "$want" "$log" || fail "preflight: no line matching '$want'"
+done
+grep '^preflight:' "$log"
+# A stage that fails is named and the job exits 1: train.device = cuda in this CPU-only build
+# (the doctor, which would say so too, skipped).
+id=$(JUMBO_RUN_NAME=mh-preflight JUMBO_DOCTOR=0 as_job_user sbatch "${sbatch_args[@]}" \
+  --ntasks-per-node=2 slurm/preflight.sh --set train.device=cuda) || fail "sbatch preflight"
+log=$tmp/logs/jumbo-preflight-$id.out
+wait_job "$id" FAILED 90 || fail "preflight with train.device=cuda: job $id did not fail"
+[[ $(job_field "$id" ExitCode) == 1:0 ]] || fail "preflight: exit code $(job_field "$id" ExitCode), want 1:0"
+for want in '^preflight: doctor +skipped +JUMBO_DOCTOR=0$' \
+  '^preflight: bench +fail +jumbo bench train exited [1-9][0-9]* \(the lines above say why\)$' \
+  '^preflight: FAILED: bench \(exit 1\)$'; do
+  grep -qE "$want" "$log" || fail "preflight with train.device=cuda: no line matching '$want'"
+done
+echo "ok: slurm/preflight.sh (CPU form) on host1 and host2 in $((SECONDS - t0)) s; a failed" \
+  "stage named: $(grep '^preflight: FAILED' "$log")"
 echo "ok: all in $((SECONDS - t_start)) s"

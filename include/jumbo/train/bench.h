@@ -2,7 +2,9 @@
 // `jumbo bench train`: full training steps (forward, backward, AdamW) of a model on synthetic
 // tokens, reported against this machine's measured peak. A benchmark, not a test.
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
@@ -36,6 +38,45 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
                              Backend& backend);
 std::string describe(const TrainBenchResult& r, const ModelConfig& model,
                      const TrainBenchOptions& opts);
+
+// `jumbo bench train --config RUN.toml`: the run's own model and layout (cfg.parallel, e.g.
+// the overrides of `jumbo plan --best`) on every rank of the MPI world, for a few full steps
+// of cfg.train.global_batch on synthetic tokens (no data files, no checkpoint), timed against
+// the plan's step-time estimate for that layout (plan/search.h, estimate_time). What
+// slurm/preflight.sh runs before a real run; the ratio line is what the time model is fitted to.
+struct RunBenchOptions {
+  int64_t warmup_steps = 1;
+  int64_t steps = 3;
+  // The plan's request, as `jumbo plan --config` builds it: the GPU type (empty: train.gpu,
+  // else a100-40gb, as slurm/common.sh's jumbo_choose_layout), nodes x GPUs per node = world.
+  std::string gpu;
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 0;  // 0: world size / nodes
+};
+
+struct RunBenchResult {
+  double step_time_s = 0;  // median over the timed steps of the slowest rank's step
+  std::vector<double> step_times_s;  // the slowest rank's, per timed step
+  // The plan's estimate of this layout on `gpu` (a GPU run only: the time model knows no
+  // CPU, see plan/search.h's estimate_time, which reads GpuSpec's peak, NVLink and EFA).
+  bool has_plan = false;
+  double plan_step_time_s = 0;
+  std::string gpu;          // the GPU type the estimate is for
+  std::string plan_terms;   // "compute 1.2 s, bubble 0.3 s, ..." (the estimate's parts)
+  Layout layout;            // as validated for the world (dp set)
+  Device device = Device::cpu;
+  int world = 1;
+  double loss_first = 0, loss_last = 0;
+};
+
+RunBenchResult bench_run(const RunConfig& cfg, const RunBenchOptions& opts, Backend& backend,
+                         std::shared_ptr<Comm> world);
+// "tp2,pp1,dp2,mb1,vs1,recompute=none,zero1=0,sp=0": no blanks, for key=value parsers.
+std::string layout_token(const Layout& l);
+// The lines rank 0 prints; the last is machine-readable (slurm/preflight.sh, issue 25):
+// "preflight: step measured=1.234s plan=0.987s ratio=1.250 layout=... device=cuda gpu=..."
+// and on a CPU run "plan=na ratio=na" with the reason.
+std::string describe(const RunBenchResult& r, const RunConfig& cfg, const RunBenchOptions& opts);
 
 }  // namespace jumbo
 
