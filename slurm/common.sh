@@ -24,7 +24,9 @@
 # on ParallelCluster: aws-parallelcluster-cookbook, cookbooks/aws-parallelcluster-slurm/
 # templates/default/slurm/slurm.conf.erb line 59; Slurm's default is 120 s).
 
-# The deadline stop (jumbo_schedule_deadline_stop), in its own file.
+# The doctor step of the batch job (jumbo_run_doctor), in its own file.
+source "$(dirname "${BASH_SOURCE[0]}")/doctor.sh" || return 1
+# The deadline stop (jumbo_schedule_deadline_stop), likewise.
 source "$(dirname "${BASH_SOURCE[0]}")/deadline.sh" || return 1
 
 JUMBO_EXIT_USER_ERROR=2
@@ -211,19 +213,6 @@ jumbo_launcher_cmd() {
   return 0
 }
 
-# GPUs the doctor requires per node: JUMBO_EXPECT_GPUS; else one per rank when the run trains
-# on CUDA (train.device, after the --set arguments); else what Slurm gave the job.
-jumbo_expected_gpus() {
-  if [[ -n $JUMBO_EXPECT_GPUS ]]; then
-    echo "$JUMBO_EXPECT_GPUS"
-  elif [[ $(jumbo_config_value train.device) == cuda ]]; then
-    local per_node=${SLURM_NTASKS_PER_NODE:-$((${SLURM_NTASKS:-1} / ${SLURM_NNODES:-1}))}
-    echo $((${SLURM_GPUS_ON_NODE:-0} > per_node ? SLURM_GPUS_ON_NODE : per_node))
-  else
-    echo "${SLURM_GPUS_ON_NODE:-0}"
-  fi
-}
-
 # jumbo_drain NODES REASON: takes the nodes out of service. On ParallelCluster clustermgtd then
 # replaces a drained node (parallelcluster/README.md). Draining needs a Slurm operator (root,
 # SlurmUser, or AdminLevel=Operator in accounting): the job's user directly, else through sudo
@@ -247,76 +236,6 @@ jumbo_drain() {
     "${err//$'\n'/; }); an administrator can: scontrol update nodename=$nodes state=drain" \
     "reason=\"$reason\""
   return 1
-}
-
-# One `jumbo doctor` per node before anything is started. On failure its last lines name each
-# failed node and whether the node (a GPU or EFA device missing, the clock) or the software and
-# settings (NCCL, the plugin, the build, the directory) failed:
-#  - nodes with a node fault are drained (JUMBO_DRAIN_BAD_NODES=1), so no job gets them again;
-#  - if that was all, the job requeues (a failure, counted against JUMBO_MAX_RESTARTS) and
-#    starts again on other nodes;
-#  - a software fault fails on any node alike: exit 1, not requeued, fix it and submit again.
-jumbo_run_doctor() {
-  if [[ $JUMBO_DOCTOR != 1 ]]; then
-    jumbo_log "doctor: skipped (JUMBO_DOCTOR=0)"
-    return
-  fi
-  local nodes=${SLURM_NNODES:-1} args=(doctor) cmd rc gpus out
-  [[ $JUMBO_EXPECT_EFA == 1 ]] && args+=(--expect-efa)
-  gpus=$(jumbo_expected_gpus)
-  ((gpus > 0)) && args+=(--expect-gpus "$gpus")
-  [[ $JUMBO_CKPT_DIR != s3://* ]] && args+=(--dir "$JUMBO_CKPT_DIR")
-  mapfile -t cmd < <(jumbo_launcher_cmd 1 "$nodes" "$nodes")
-  [[ $JUMBO_LAUNCHER == srun ]] && cmd+=(--label)
-  jumbo_log "doctor: ${cmd[*]} $JUMBO ${args[*]}"
-  out=$(mktemp "${TMPDIR:-/tmp}/jumbo-doctor.XXXXXX")
-  timeout "$JUMBO_DOCTOR_TIMEOUT" "${cmd[@]}" "$JUMBO" "${args[@]}" 2>&1 | tee "$out"
-  rc=${PIPESTATUS[0]}
-  if ((rc == 0)); then
-    rm -f "$out"
-    jumbo_log "doctor: every node passed"
-    return
-  fi
-  local line node hw sw bad_nodes=() software=() reason
-  while read -r line; do
-    [[ $line =~ doctor:\ failed\ node=([^ ]+)\ node-checks=([^ ]+)\ software-checks=([^ ]+) ]] || continue
-    node=${BASH_REMATCH[1]} hw=${BASH_REMATCH[2]} sw=${BASH_REMATCH[3]}
-    [[ $hw != - ]] && bad_nodes+=("$node") && reason+="${reason:+; }$node: $hw"
-    [[ $sw != - ]] && software+=("$node: $sw")
-  done <"$out"
-  rm -f "$out"
-  JUMBO_RC=1
-  local drained=0
-  if ((${#bad_nodes[@]})); then
-    local list
-    list=$(IFS=,; echo "${bad_nodes[*]}")
-    if [[ $JUMBO_DRAIN_BAD_NODES == 1 ]]; then
-      jumbo_drain "$list" "jumbo doctor (job $SLURM_JOB_ID): $reason" && drained=1
-    else
-      jumbo_log "doctor: not draining $list (JUMBO_DRAIN_BAD_NODES=0)"
-    fi
-  fi
-  if ((${#software[@]})); then
-    jumbo_log "not requeued because jumbo doctor found software or settings missing (${software[*]};" \
-      "the lines above, prefixed with the task = node number), which every node would lack alike:" \
-      "install it (parallelcluster/README.md) and submit again"
-    jumbo_exit 1
-  fi
-  if ((drained)); then
-    local failures
-    failures=$(jumbo_failures_so_far)
-    if ((failures < JUMBO_MAX_RESTARTS)); then
-      JUMBO_DECISION=requeued
-      jumbo_requeue doctor "jumbo doctor failed on ${bad_nodes[*]}, now drained: failure" \
-        "$((failures + 1)) of at most JUMBO_MAX_RESTARTS=$JUMBO_MAX_RESTARTS; the job starts" \
-        "again on other nodes" && jumbo_exit 1
-      JUMBO_DECISION=failed
-    fi
-  fi
-  jumbo_log "not requeued because jumbo doctor failed on at least one node (exit $rc; see" \
-    "the lines above, prefixed with the task = node number; exclude a bad node with" \
-    "sbatch --exclude)"
-  jumbo_exit 1
 }
 
 # The config and the arguments, checked once on the batch host before any step starts: a
