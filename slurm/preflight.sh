@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 #SBATCH --job-name=jumbo-preflight
-#SBATCH --nodes=64
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=12
@@ -26,9 +25,11 @@
 # 2 for a mistake in the input (the config, the arguments, JUMBO_*).
 #
 #   mkdir -p logs
-#   sbatch slurm/preflight.sh                    # the run's default config and node count
+#   sbatch --nodes=64 slurm/preflight.sh         # the node count the run will get
 #   sbatch --nodes=128 slurm/preflight.sh --set train.lr=1e-4   # arguments as train_jumbo.sh
 #   grep '^preflight:' logs/jumbo-preflight-JOBID.out
+# The node count is given to sbatch, as for train_jumbo.sh (which says why: ParallelCluster's
+# EnforcePartLimits=ALL refuses a default larger than the queue).
 #
 # nccl-tests (github.com/NVIDIA/nccl-tests) is built once on the head node, in a directory
 # the compute nodes share (ParallelCluster exports /home from the head node), against the

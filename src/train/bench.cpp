@@ -9,6 +9,7 @@
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/grid.h"
+#include "jumbo/comm/nccl_log.h"
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
@@ -168,6 +169,17 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   const StagePlan plan = plan_stage(cfg, grid.coords());
   check_device_supports(cfg, plan.model, backend.device().kind());
   if (world_size > 1) start_comm_watchdog(cfg.parallel.comm_timeout_s);
+  RunBenchResult r;
+  // The network NCCL chose on every rank, refused as `jumbo train` refuses it (trainer.cpp):
+  // a preflight on sockets where EFA is expected (comm.expect_network) fails here.
+  if (backend.device().kind() == Device::cuda) {
+    const NcclNetCensus net = check_nccl_network(*world, cfg.comm.expect_network);
+    if (!net.refusal.empty()) {
+      if (world->rank() == 0) throw UserError(net.refusal);
+      world->barrier();  // rank 0's error ends every rank (cli/main.cpp: mpi_abort)
+    }
+    r.network_line = net.line;
+  }
   GptModel model(cfg.model, plan.model, backend, groups.tp);
   model.initialize(cfg.train.seed);
   GradSync grad_sync(model.params(), groups, plan);
@@ -179,7 +191,6 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   const int64_t micro_steps = batch / (cfg.parallel.micro_batch * cfg.parallel.dp);
   SyntheticBatches source(cfg.parallel.micro_batch * seq, cfg.model.vocab,
                           100 + static_cast<uint64_t>(grid.dp_rank()));
-  RunBenchResult r;
   r.layout = cfg.parallel;
   r.device = backend.device().kind();
   r.world = world_size;
@@ -226,6 +237,7 @@ std::string describe(const RunBenchResult& r, const RunConfig& cfg, const RunBen
       cfg.model.name, cfg.source, r.layout.describe(), r.world, to_string(r.device),
       cfg.train.global_batch, cfg.model.context, r.step_time_s, o.steps, o.warmup_steps, times,
       r.loss_first, r.loss_last);
+  if (!r.network_line.empty()) out += fmt::format("  {}\n", r.network_line);
   if (r.has_plan) {
     out += fmt::format("  plan for {} (docs/plan.md, time model): {:.3f} s = {}\n", r.gpu,
                        r.plan_step_time_s, r.plan_terms);

@@ -67,6 +67,7 @@ struct RunBenchResult {
   Device device = Device::cpu;
   int world = 1;
   double loss_first = 0, loss_last = 0;
+  std::string network_line;  // a GPU run: "NCCL network: 16 of 16 ranks efa (...)"
 };
 
 RunBenchResult bench_run(const RunConfig& cfg, const RunBenchOptions& opts, Backend& backend,
