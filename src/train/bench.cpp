@@ -139,6 +139,11 @@ PlanRequest plan_request_of(const RunConfig& cfg, const GpuSpec& gpu, int64_t no
 
 }  // namespace
 
+PlanCandidate planned_step(const RunConfig& cfg, const GpuSpec& gpu, int64_t nodes,
+                           int64_t gpus_per_node) {
+  return evaluate_layout(plan_request_of(cfg, gpu, nodes, gpus_per_node), cfg.parallel);
+}
+
 std::string layout_token(const Layout& l) {
   return fmt::format("tp{},pp{},dp{},mb{},vs{},recompute={},zero1={},sp={}", l.tp, l.pp, l.dp,
                      l.micro_batch, l.virtual_stages, to_string(l.recompute),
@@ -216,8 +221,7 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   std::sort(sorted.begin(), sorted.end());
   r.step_time_s = sorted[sorted.size() / 2];
   if (r.device == Device::cuda) {
-    const PlanCandidate c =
-        evaluate_layout(plan_request_of(cfg, *gpu, opts.nodes, per_node), cfg.parallel);
+    const PlanCandidate c = planned_step(cfg, *gpu, opts.nodes, per_node);
     r.has_plan = true;
     r.plan_step_time_s = c.step_time_s;
     r.plan_terms = fmt::format("compute {:.3f} s, bubble {:.3f} s, tp comm {:.3f} s, dp comm "

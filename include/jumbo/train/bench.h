@@ -9,6 +9,8 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
+#include "jumbo/config/gpus.h"
+#include "jumbo/plan/search.h"
 
 namespace jumbo {
 
@@ -70,6 +72,11 @@ struct RunBenchResult {
   std::string network_line;  // a GPU run: "NCCL network: 16 of 16 ranks efa (...)"
 };
 
+// The plan's estimate for cfg's layout (validated for nodes x gpus_per_node ranks) on `gpu`:
+// the request `jumbo plan --config` builds (model, global batch, precision of the config,
+// sequence model.context, the GPU time model), evaluated for that one layout.
+PlanCandidate planned_step(const RunConfig& cfg, const GpuSpec& gpu, int64_t nodes,
+                           int64_t gpus_per_node);
 RunBenchResult bench_run(const RunConfig& cfg, const RunBenchOptions& opts, Backend& backend,
                          std::shared_ptr<Comm> world);
 // "tp2,pp1,dp2,mb1,vs1,recompute=none,zero1=0,sp=0": no blanks, for key=value parsers.
