@@ -11,7 +11,9 @@
 # Checked: the job log names host2 (libfabric) and host3 (gpu) in "doctor: failed node=" lines,
 # each hung check "hung after 3 s", host1 passed and is named in no failed line, the drain (or
 # the drain attempt) names host2,host3 and no other; the three per-host reports are in the
-# run's doctor directory; the job ended FAILED without training. Before this test the
+# run's doctor directory; the job ended FAILED without training. A second job: host2's doctor
+# never reports (a stand-in binary sleeps there): named from the missing report once step 1's
+# timeout ends it, drained alone. Before this test the
 # doctor's first checks were collective: host2 or host3 hung the whole step, which timed out
 # with no failed-node line.
 # Usage: multihost_doctor.sh JUMBO REPO
@@ -133,4 +135,31 @@ grep -q '^doctor: failed node=host2 node-checks=libfabric' "$reports/host2.txt" 
   fail "the job went on past the node-local checks"
 grep "jumbo-slurm: \(doctor\|not requeued\)\|^[0-9]*: \(FAIL\|doctor:\)" "$log"
 echo "ok: host2 (libfabric hung) and host3 (cuInit hung) named and drained, host1 passed;" \
-  "job $id FAILED in the doctor; all in $((SECONDS - t_start)) s"
+  "job $id FAILED in the doctor in $((SECONDS - t_start)) s"
+
+# A host whose doctor never reports at all (hung outside any check, or unreachable): a
+# stand-in binary that sleeps for `doctor` on host2 and runs the real one else. Step 1 ends
+# at JUMBO_DOCTOR_LOCAL_TIMEOUT and names host2 from the missing report.
+scontrol update nodename=host2,host3 state=resume || fail "scontrol update state=resume"
+mkdir -p "$tmp/bin"
+# shellcheck disable=SC2016  # $1 and $(hostname) are the stand-in's own, not expanded here
+printf '%s\n' '#!/usr/bin/env bash' \
+  '[[ $1 == doctor && $(hostname) == host2 ]] && sleep 600' "exec $jumbo \"\$@\"" >"$tmp/bin/jumbo"
+chmod 755 "$tmp/bin" "$tmp/bin/jumbo"
+t0=$SECONDS
+unset FI_PROVIDER_PATH
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH#"$tmp/cuda"}
+id=$(JUMBO=$tmp/bin/jumbo JUMBO_DOCTOR_LOCAL_TIMEOUT=8 as_job_user sbatch --parsable --nodes=3 \
+  --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 --time=10 \
+  --output="$tmp/logs/%x-%j.out" slurm/train_jumbo.sh) || fail "sbatch"
+log=$tmp/logs/j1-jumbo-$id.out
+wait_job "$id" FAILED 60 || fail "job $id did not end FAILED"
+expect_one 'jumbo-slurm: doctor: failed node=host2 node-checks=report software-checks=- \(hung or unreachable: no doctor report after 8 s\)$' \
+  "host2 named from its missing report"
+expect_one '^[0-9]+: doctor: passed node=host1$' "host1's passed line"
+expect_one '^[0-9]+: doctor: passed node=host3$' "host3's passed line"
+! grep -q "failed node=host[13]" "$log" || fail "a healthy host is named as failed"
+expect_one 'jumbo-slurm: doctor: (drained|could not drain) host2 ' "the drain (or its attempt) of host2 alone"
+grep "jumbo-slurm: \(doctor\|not requeued\)\|^[0-9]*: doctor:" "$log"
+echo "ok: host2 without a report named and drained after the 8 s step timeout, host1 and host3" \
+  "passed ($((SECONDS - t0)) s); all in $((SECONDS - t_start)) s"
