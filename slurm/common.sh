@@ -43,6 +43,8 @@ jumbo_defaults() {
   : "${JUMBO_RUN_NAME:=$1}"
   : "${JUMBO_ROOT:=/fsx/jumbo}"
   : "${JUMBO_RUN_DIR:=$JUMBO_ROOT/runs/$JUMBO_RUN_NAME}"
+  # NCCL's per-rank INIT/NET logs on the shared file system, beside the run (jumbo/comm/nccl_log.h).
+  export JUMBO_NCCL_LOG_DIR=${JUMBO_NCCL_LOG_DIR:-$JUMBO_RUN_DIR/nccl}
   : "${JUMBO_CKPT_DIR:=$JUMBO_ROOT/checkpoints/$JUMBO_RUN_NAME}"
   : "${JUMBO_LAUNCHER:=srun}"
   # JUMBO_MAX_RESTARTS: the old name of JUMBO_MAX_FAILURES, still read.
@@ -162,7 +164,9 @@ jumbo_efa_env() {
         -n $(jumbo_find_library libnccl-net-ofi.so) ]]; then
     export NCCL_NET_PLUGIN=ofi
   fi
-  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  # NCCL_DEBUG stays unset: jumbo sets NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,NET into one
+  # file per rank (JUMBO_NCCL_LOG_DIR) and reads which network NCCL chose; a WARN brought in
+  # hides those lines and comm.expect_network = efa then refuses the run (docs/config.md [comm]).
   # NCCL's bootstrap (TCP) on the instance's ENI, never loopback or container bridges.
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker,veth}
   # FI_EFA_USE_DEVICE_RDMA, RDMAV_FORK_SAFE, FI_EFA_FORK_SAFE: obsolete with libfabric >= 1.18,
@@ -178,7 +182,8 @@ jumbo_efa_env() {
       "parallelcluster/README.md)"
   done
   jumbo_log "EFA: FI_PROVIDER=$FI_PROVIDER NCCL_NET_PLUGIN=${NCCL_NET_PLUGIN-(unset: libnccl-net.so)}" \
-    "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_DEBUG=$NCCL_DEBUG"
+    "NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME" \
+    "NCCL_DEBUG=${NCCL_DEBUG-(unset: jumbo logs INIT,NET per rank to $JUMBO_NCCL_LOG_DIR)}"
 }
 
 # Environment variables mpirun passes on with -x (srun passes the whole environment).

@@ -77,11 +77,12 @@
 #                     save's measured time + a step + JUMBO_DEADLINE_MARGIN_S (default 60 s)
 #                     before it, and is not requeued unless the deadline is its own time limit
 #                     (slurm/deadline.sh). The log's "deadline:" line says when.
-#   JUMBO_EXPECT_EFA  1 (default): FI_PROVIDER=efa, NCCL_DEBUG=WARN and
+#   JUMBO_EXPECT_EFA  1 (default): FI_PROVIDER=efa and
 #                     NCCL_SOCKET_IFNAME=^lo,docker,veth where the environment leaves them
 #                     unset; aws-ofi-nccl's directory onto LD_LIBRARY_PATH; NCCL_NET_PLUGIN=ofi
 #                     only where libnccl-net.so is missing and libnccl-net-ofi.so is there;
-#                     `jumbo doctor --expect-efa`. 0: no network settings (a machine without EFA)
+#                     `jumbo doctor --expect-efa`;
+#                     --set comm.expect_network=efa (a rank on sockets refuses). 0: no network settings (a machine without EFA)
 #   JUMBO_EXPECT_GPUS GPUs per node the doctor requires; default one per rank when the run
 #                     trains on CUDA (train.device, as in the p4d configs), else Slurm's count
 #   JUMBO_DOCTOR      1 (default): `jumbo doctor` once per node before training (--expect-efa,
