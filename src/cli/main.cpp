@@ -1,5 +1,6 @@
 // jumbo <verb>: thin. Parse arguments, call the library, turn user mistakes into one line.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -15,6 +16,11 @@ std::string rank_prefix(int world_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `jumbo doctor --local` must report on a node whose MPI (PMIx, the fabric) is what hangs or
+  // fails: it never starts MPI, however it was launched (obs/doctor.h).
+  if (argc > 1 && std::string(argv[1]) == "doctor")
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--local") setenv("JUMBO_MPI", "0", 1);
   // MPI from the start: one rank is world size 1, and every verb runs under mpirun too.
   const int world_size = jumbo::mpi_init(&argc, &argv);
   CLI::App app{"jumbo: train GPT-style language models with tensor, pipeline and data "

@@ -9,7 +9,6 @@
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/grid.h"
-#include "jumbo/comm/nccl_log.h"
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
@@ -175,16 +174,9 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   check_device_supports(cfg, plan.model, backend.device().kind());
   if (world_size > 1) start_comm_watchdog(cfg.parallel.comm_timeout_s);
   RunBenchResult r;
-  // The network NCCL chose on every rank, refused as `jumbo train` refuses it (trainer.cpp):
+  // The network NCCL chose on every rank, refused as `jumbo train` refuses it:
   // a preflight on sockets where EFA is expected (comm.expect_network) fails here.
-  if (backend.device().kind() == Device::cuda) {
-    const NcclNetCensus net = check_nccl_network(*world, cfg.comm.expect_network);
-    if (!net.refusal.empty()) {
-      if (world->rank() == 0) throw UserError(net.refusal);
-      world->barrier();  // rank 0's error ends every rank (cli/main.cpp: mpi_abort)
-    }
-    r.network_line = net.line;
-  }
+  r.network_line = require_nccl_network(cfg, backend, *world);
   GptModel model(cfg.model, plan.model, backend, groups.tp);
   model.initialize(cfg.train.seed);
   GradSync grad_sync(model.params(), groups, plan);

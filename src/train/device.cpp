@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "jumbo/comm/nccl_log.h"
 #include "jumbo/config/config.h"
 #include "jumbo/model/gpt.h"
 
@@ -47,6 +48,16 @@ void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device
 std::shared_ptr<Comm> make_world_comm(Backend& backend) {
   if (backend.device().kind() == Device::cpu) return mpi_world();
   return make_nccl_comm(mpi_world(), backend.stream());
+}
+
+std::string require_nccl_network(const RunConfig& cfg, Backend& backend, Comm& world) {
+  if (backend.device().kind() != Device::cuda) return "";
+  const NcclNetCensus net = check_nccl_network(world, cfg.comm.expect_network);
+  if (!net.refusal.empty()) {
+    if (world.rank() == 0) throw UserError(net.refusal);
+    world.barrier();  // never returns: rank 0's error aborts every rank
+  }
+  return net.line;
 }
 
 }  // namespace jumbo

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <thread>
 
-#include "jumbo/comm/nccl_log.h"
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
@@ -31,14 +30,8 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   check_device_supports(cfg_, plan_.model, backend_.device().kind());
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   // The network NCCL chose on every rank, from its log, before anything is allocated.
-  if (backend_.device().kind() == Device::cuda) {
-    const NcclNetCensus net = check_nccl_network(*world_, cfg_.comm.expect_network);
-    if (!net.refusal.empty()) {
-      if (world_->rank() == 0) throw UserError(net.refusal);
-      world_->barrier();  // rank 0's error ends every rank (cli/main.cpp: mpi_abort)
-    }
-    print(net.line);
-  }
+  if (const std::string net = require_nccl_network(cfg_, backend_, *world_); !net.empty())
+    print(net);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
   data_ = std::make_unique<RunData>(cfg_, grid_.dp_rank());  // a mismatch fails here, early
 

@@ -25,5 +25,10 @@ void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device
 // The world communicator for `backend`: MPI on the CPU; on a GPU, NCCL over MPI's world,
 // whose splits (the grid's tp, pp, dp groups) are NCCL communicators as well.
 std::shared_ptr<Comm> make_world_comm(Backend& backend);
+// Collective, once at start: the network NCCL chose on every rank, from its log
+// (comm/nccl_log.h). Returns the one line rank 0 prints ("" on the CPU backend); where
+// comm.expect_network is not met, rank 0 throws UserError naming the hosts (its error ends
+// every rank: cli/main.cpp) and the others wait for that. `jumbo train` and `bench train`.
+std::string require_nccl_network(const RunConfig& cfg, Backend& backend, Comm& world);
 
 }  // namespace jumbo
