@@ -59,6 +59,8 @@ jumbo_defaults() {
   : "${JUMBO_DOCTOR:=1}"
   : "${JUMBO_DRAIN_BAD_NODES:=1}"
   : "${JUMBO_DOCTOR_TIMEOUT:=300}"
+  : "${JUMBO_DOCTOR_CHECK_TIMEOUT:=60}"
+  : "${JUMBO_DOCTOR_LOCAL_TIMEOUT:=$((2 * ${JUMBO_DOCTOR_CHECK_TIMEOUT//[^0-9]/} + 60))}"
   : "${JUMBO_LAYOUT_FROM_PLAN:=1}"
   : "${JUMBO_GPU:=}"
   : "${JUMBO_SRUN_ARGS:=}"
@@ -95,7 +97,7 @@ jumbo_check_inputs() {
   [[ $JUMBO_LAUNCHER == srun || $JUMBO_LAUNCHER == mpirun ]] ||
     jumbo_fail_input "JUMBO_LAUNCHER=$JUMBO_LAUNCHER: expected srun or mpirun"
   local v
-  for v in JUMBO_MAX_FAILURES JUMBO_DOCTOR_TIMEOUT; do
+  for v in JUMBO_MAX_FAILURES JUMBO_DOCTOR_TIMEOUT JUMBO_DOCTOR_CHECK_TIMEOUT JUMBO_DOCTOR_LOCAL_TIMEOUT; do
     [[ ${!v} =~ ^[0-9]+$ ]] || jumbo_fail_input "$v=${!v}: expected a whole number"
   done
   [[ $JUMBO_FAILURE_WINDOW_HOURS =~ ^[0-9]+$ && $JUMBO_FAILURE_WINDOW_HOURS -ge 1 ]] ||
@@ -109,8 +111,9 @@ jumbo_check_inputs() {
   done
 }
 
-# The run directory (metrics, EMF, requeue ledger) and the checkpoint directory live on the
-# shared file system: every node and every restart sees the same ones.
+# The run directory (metrics, EMF, NCCL's logs, doctor reports) and the checkpoint directory
+# (with the requeue ledger) live on the shared file system: every node and every restart sees
+# the same ones.
 jumbo_prepare_dirs() {
   mkdir -p "$JUMBO_RUN_DIR" ||
     { jumbo_log "not requeued because the run directory $JUMBO_RUN_DIR cannot be created"

@@ -94,7 +94,13 @@
 #   JUMBO_DRAIN_BAD_NODES  1 (default): drain such nodes (scontrol, else sudo -n with scontrol's
 #                     absolute path: ParallelCluster's sudo secure_path lacks /opt/slurm/bin);
 #                     ParallelCluster then replaces them. 0: only report them (exit 1)
-#   JUMBO_DOCTOR_TIMEOUT  seconds for the doctor step; default 300
+#   JUMBO_DOCTOR_CHECK_TIMEOUT  seconds per node-local doctor check (a check still running then
+#                     fails "hung after N s" and names the node); default 60
+#   JUMBO_DOCTOR_LOCAL_TIMEOUT  seconds for the node-local step (a node without a report then is
+#                     named "hung or unreachable"); default 2 x the check timeout + 60
+#   JUMBO_DOCTOR_TIMEOUT  seconds for the collective doctor step (MPI, clocks); default 300
+#   JUMBO_INSTANCE_TYPE   the EC2 instance type for the doctor's EFA device count (4 on
+#                     p4d.24xlarge, 32 on p5.48xlarge); default DMI's product name on EC2
 #   JUMBO_LAYOUT_FROM_PLAN  1 (default): the layout is `jumbo plan --best` for the allocated
 #                     node count (printed with its memory breakdown in the log; no layout
 #                     that fits ends the job, exit 2); 0: the config's layout
