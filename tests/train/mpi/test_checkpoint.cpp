@@ -179,8 +179,9 @@ TEST(Checkpoint, RetentionKeepsTheLastNAndEveryKth) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"latest", "step_00000004", "step_00000008",
-                                            "step_00000010"}));
+  // last_save.json: the newest save's bytes and seconds (docs/checkpoint-format.md).
+  EXPECT_EQ(left, (std::vector<std::string>{"last_save.json", "latest", "step_00000004",
+                                            "step_00000008", "step_00000010"}));
 }
 
 }  // namespace
