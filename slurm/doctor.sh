@@ -6,8 +6,8 @@
 #
 # A bad node must be named even when it cannot take part in MPI (no EFA, a GPU hung in
 # cuInit): so the checks come in two steps.
-#  1. `jumbo doctor --local` on every node: srun, one task a node, no MPI at all (JUMBO_MPI=0:
-#     MPI_Init itself can hang on a bad node). Each check runs in a child process killed at
+#  1. `jumbo doctor --local` on every node: srun, one task a node, no MPI at all (jumbo
+#     starts none for --local: MPI_Init itself can hang on a bad node). Each check runs in a child process killed at
 #     JUMBO_DOCTOR_CHECK_TIMEOUT (default 60 s; a check still running then failed, "hung after
 #     N s"), the whole step under JUMBO_DOCTOR_LOCAL_TIMEOUT (default 2 x the check timeout +
 #     60 s: the checks run at once, then DCGM's diagnostic, plus srun's start). Each node
@@ -57,8 +57,9 @@ jumbo_run_doctor() {
 
 # jumbo_doctor_local ARGS...: step 1; returns when every node passed, else decides and exits.
 jumbo_doctor_local() {
-  local check_timeout=${JUMBO_DOCTOR_CHECK_TIMEOUT:-60} step_timeout dir out rc node line
-  step_timeout=${JUMBO_DOCTOR_LOCAL_TIMEOUT:-$((2 * check_timeout + 60))}
+  # The timeouts' defaults and checks: jumbo_defaults and jumbo_check_inputs (common.sh).
+  local check_timeout=$JUMBO_DOCTOR_CHECK_TIMEOUT step_timeout=$JUMBO_DOCTOR_LOCAL_TIMEOUT
+  local dir out rc node line
   dir=$JUMBO_RUN_DIR/doctor/job-${SLURM_JOB_ID:-0}-run-${SLURM_RESTART_COUNT:-0}
   if ! rm -rf "$dir" || ! mkdir -p "$dir"; then
     jumbo_log "not requeued because jumbo doctor cannot create its report directory $dir"
@@ -73,10 +74,11 @@ jumbo_doctor_local() {
   local cmd=(srun --mpi=none --kill-on-bad-exit=0 --nodes="${#nodes[@]}" --ntasks="${#nodes[@]}"
     --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --label "${extra[@]}")
   local words=("$JUMBO" "$@" --local --report-dir "$dir" --check-timeout "$check_timeout")
-  jumbo_log "doctor: node-local checks (step 1 of 2, at most $step_timeout s): JUMBO_MPI=0" \
+  jumbo_log "doctor: node-local checks (step 1 of 2, at most $step_timeout s):" \
     "${cmd[*]} ${words[*]}"
   out=$(mktemp "${TMPDIR:-/tmp}/jumbo-doctor.XXXXXX")
-  JUMBO_MPI=0 timeout -k 10 "$step_timeout" "${cmd[@]}" "${words[@]}" 2>&1 | tee "$out"
+  # `jumbo doctor --local` starts no MPI whatever the launcher (src/cli/main.cpp).
+  timeout -k 10 "$step_timeout" "${cmd[@]}" "${words[@]}" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   local results=() missing=()
   for node in "${nodes[@]}"; do

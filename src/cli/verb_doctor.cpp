@@ -50,8 +50,8 @@ void add_doctor_verb(CLI::App& app, VerbRunner& run) {
   auto* local = cmd->add_flag(
       "--local", args->local,
       "node-local checks only, without MPI or any other node: the report on stdout and, with "
-      "--report-dir, in DIR/NODE.txt (NODE: SLURMD_NODENAME, else the host name). Under "
-      "srun set JUMBO_MPI=0, so that MPI is not started at all");
+      "--report-dir, in DIR/NODE.txt (NODE: SLURMD_NODENAME, else the host name). MPI is "
+      "never started, however jumbo was launched");
   cmd->add_option("--report-dir", args->report_dir,
                   "with --local: a directory (on the shared file system) for this node's report")
       ->needs(local);
