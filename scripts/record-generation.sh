@@ -54,7 +54,7 @@ evaluate() {  # evaluate NAME COMMAND...
   shift
   "$@" --checkpoint "$tmp/ckpt" --data "$data/data" --windows 6 --task inputs/tasks/brown-lastword.jsonl \
     --per-item "$tmp/items" >"$tmp/e" 2>"$tmp/err" || { cat "$tmp/err"; fail "$name failed"; }
-  grep -vE 'seconds|tokens/s' "$tmp/e" | sed "s/^/$name /" >>"$out"
+  grep -vE "seconds|tokens/s" "$tmp/e" | sed "s|$tmp|TMP|g; s/^/$name /" >>"$out"
   sed "s/^/$name-item /" "$tmp/items" >>"$out"
 }
 evaluate eval-1 "$jumbo" eval
@@ -63,9 +63,9 @@ evaluate eval-tp2pp2 mpirun -np 4 "$jumbo" eval --tp 2 --pp 2
 # The server's completions (greedy and seeded), over HTTP.
 start_server serve "$jumbo" serve --checkpoint "$tmp/ckpt" --port 0 || fail "serve did not start"
 model=$(curl -sf "http://127.0.0.1:$port/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-for body in '{"prompt": "The jury said", "max_tokens": 12}' \
+for body in '{"prompt": "The jury said", "max_tokens": 12, "temperature": 0}' \
   '{"prompt": ["In", "It was"], "max_tokens": 8, "temperature": 0.9, "seed": 7}' \
-  '{"prompt": "The city", "max_tokens": 10, "logprobs": 2}'; do
+  '{"prompt": "The city", "max_tokens": 10, "logprobs": 2, "temperature": 0.5, "seed": 2}'; do
   body=${body/\{/\{\"model\": \"$model\", }
   curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d "$body" | python3 -c 'import json,sys
