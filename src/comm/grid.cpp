@@ -34,7 +34,6 @@ Grid::Grid(std::shared_ptr<Comm> world, int tp, int pp) : world_(std::move(world
   tp_ = world_->split(pp_rank_ * dp_size_ + dp_rank_, tp_rank_, "tp");
   dp_ = world_->split(pp_rank_ * tp_size_ + tp_rank_, dp_rank_, "dp");
   pp_ = world_->split(dp_rank_ * tp_size_ + tp_rank_, pp_rank_, "pp");
-  mp_ = world_->split(dp_rank_, pp_rank_ * tp_size_ + tp_rank_, "model-parallel");
   const bool ends = first_stage() || last_stage();
   embedding_ = world_->split(ends ? dp_rank_ * tp_size_ + tp_rank_ : -1, pp_rank_, "embedding");
   if (!embedding_) embedding_ = make_solo_comm("embedding");  // a middle stage

@@ -2,7 +2,7 @@
 // Grid: world = tp x dp x pp ranks. TP varies fastest (a TP group sits on one node and shares
 // NVLink), then DP, then PP: world rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
 // Groups: tp, dp, pp, embedding (first and last stage of one pipeline, for the tied
-// embedding), model-parallel (tp x pp: one model replica, for the grad norm).
+// embedding). The grad norm needs no tp x pp group: it sums over the world (GradSync).
 #include <memory>
 #include <string>
 
@@ -38,7 +38,6 @@ class Grid {
   Comm& tp() { return *tp_; }
   Comm& dp() { return *dp_; }
   Comm& pp() { return *pp_; }
-  Comm& model_parallel() { return *mp_; }
   // First and last stage of this pipeline (the two copies of the tied embedding); on middle
   // stages, and with pp = 1 (embedding and head are one tensor), this rank alone.
   Comm& embedding() { return *embedding_; }
@@ -46,7 +45,7 @@ class Grid {
   std::shared_ptr<Comm> world_ptr() { return world_; }
 
  private:
-  std::shared_ptr<Comm> world_, tp_, dp_, pp_, mp_, embedding_;
+  std::shared_ptr<Comm> world_, tp_, dp_, pp_, embedding_;
   int tp_size_, pp_size_, dp_size_;
   int tp_rank_, pp_rank_, dp_rank_;
 };

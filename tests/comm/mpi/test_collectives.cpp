@@ -153,7 +153,6 @@ TEST(Grid, CoordinatesAndGroupsFollowTpThenDpThenPp) {
       EXPECT_EQ(g.tp().size(), tp);
       EXPECT_EQ(g.dp().size(), dp);
       EXPECT_EQ(g.pp().size(), pp);
-      EXPECT_EQ(g.model_parallel().size(), tp * pp);
       EXPECT_EQ(g.tp().rank(), g.tp_rank());
       EXPECT_EQ(g.pp().rank(), g.pp_rank());
       // TP neighbours are consecutive world ranks: the sum of world ranks over the group.
