@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake pkg-config git python3 ccache
   openmpi-bin libopenmpi-dev
   libopenblas-openmp-dev libhdf5-openmpi-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev

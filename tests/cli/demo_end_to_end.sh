@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's demo command, end to end: scripts/demo.sh makes the tokenizer and datasets
-# from the shipped Brown corpus and trains the embedded demo run; the validation loss must
-# end at least 2.5 nats below ln(vocab) = ln(4096) = 8.318. Then the campaign's last steps on
-# its checkpoint: jumbo eval of the validation split and the shipped last-word task (above
-# chance), and jumbo generate. Usage: demo_end_to_end.sh JUMBO REPO
+# from the shipped Brown corpus and trains the embedded demo run, here on half its steps (150
+# of 300, warmup and cosine scaled with them: the test's longest part was the demo's 300
+# steps); the validation loss must end at least 2 nats below ln(vocab) = ln(4096) = 8.318
+# (the full demo ends near 5.66, 2.66 below; 150 steps end near 6.1). Then the campaign's last
+# steps on its checkpoint: jumbo eval of the validation split and the shipped last-word task
+# (above chance), and jumbo generate. Usage: demo_end_to_end.sh JUMBO REPO
 set -euo pipefail
 jumbo=$1
 repo=$2
@@ -13,7 +15,8 @@ cd "$repo"
 
 start=$(date +%s)
 JUMBO_BUILD_DIR=$(dirname "$jumbo") JUMBO_DEMO_DIR=$tmp bash scripts/demo.sh \
-  --set "checkpoint.dir=$tmp/ckpt" --set checkpoint.every=100000 | tee "$tmp/log"
+  --set "checkpoint.dir=$tmp/ckpt" --set checkpoint.every=100000 --set train.steps=150 \
+  --set train.warmup_tokens=100_000 | tee "$tmp/log"
 elapsed=$(($(date +%s) - start))
 
 val=$(python3 -c '
@@ -24,9 +27,9 @@ print(vals[-1])' "$tmp/metrics.jsonl")
 echo "demo: final validation loss $val after ${elapsed}s"
 python3 -c '
 import math, sys
-val = float(sys.argv[1]); bound = math.log(4096) - 2.5
+val = float(sys.argv[1]); bound = math.log(4096) - 2.0
 if val > bound:
-    sys.exit(f"validation loss {val:.4f} is above ln(4096) - 2.5 = {bound:.4f}")
+    sys.exit(f"validation loss {val:.4f} is above ln(4096) - 2 = {bound:.4f}")
 print(f"ok: {val:.4f} <= {bound:.4f}")' "$val"
 
 # The trained checkpoint (saved at the last step): every validation token scored once, and

@@ -66,8 +66,11 @@ peak_tflops = 1
 EOF
 
 # Requeues are what this test waits for: cred_expire 10 s, not ParallelCluster's 70 s (the
-# BeginTime delay of each requeue; 4 requeues would add 4 minutes).
-SLURM_TEST_CRED_EXPIRE=10 start_slurm "$tmp/slurm" || fail "could not start Slurm"
+# BeginTime delay of each requeue; 4 requeues would add 4 minutes), and KillWait 5 s, not 30:
+# the ranks left after a rank is killed sit in a collective and do not act on the step's
+# SIGTERM, so the killed-rank case waits KillWait for their SIGKILL (the requeue path is the
+# same either way; multihost_hostfail keeps 30).
+SLURM_TEST_CRED_EXPIRE=10 SLURM_TEST_KILL_WAIT=5 start_slurm "$tmp/slurm" || fail "could not start Slurm"
 job_user_test_dirs "$tmp" "$repo" "$jumbo" || fail "the job user cannot use this checkout"
 # Not root: Open MPI's permission to run as root is withdrawn, so a job that did would fail.
 unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_RUN_NAME JUMBO_LAUNCHER JUMBO_MAX_RESTARTS \

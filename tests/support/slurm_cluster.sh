@@ -10,6 +10,7 @@
 #                              (and exports OMPI_MCA_mpi_yield_when_idle=1 for that reason).
 #                              SLURM_TEST_CRED_EXPIRE: AuthInfo's cred_expire (default 70, as
 #                              ParallelCluster's; tests that wait out requeues set 10).
+#                              SLURM_TEST_KILL_WAIT: KillWait (default 30, as ParallelCluster's)
 #   stop_slurm                 cancels every job of this cluster, kills what is left of them
 #                              and the three daemons, by PID (TERM, then KILL), removes the
 #                              sudoers file and DIR
@@ -76,6 +77,9 @@ _slurm_kill() {
 #    ("Reason=BeginTime"); SLURM_TEST_CRED_EXPIRE, default 70 as ParallelCluster, and 10 in
 #    the tests that wait out requeues (each requeue would add a minute). The scripts' comments
 #    use ParallelCluster's 70.
+#  - KillWait: 30 as ParallelCluster's, except in slurm.requeue (SLURM_TEST_KILL_WAIT=5), whose
+#    killed-rank case would otherwise wait it out once; multihost_hostfail keeps 30 and bounds
+#    its wait by the configured value.
 #  - the controller and daemon timeouts (SlurmctldTimeout, SlurmdTimeout, MessageTimeout):
 #    they decide only how soon a dead daemon is noticed, which the tests wait for.
 #  - proctrack/linuxproc and task/none: no cgroups or systemd here.
@@ -114,7 +118,7 @@ EnforcePartLimits=ALL
 ReturnToService=1
 MaxArraySize=1001
 MinJobAge=300
-KillWait=30
+KillWait=${SLURM_TEST_KILL_WAIT:-30}
 UnkillableStepTimeout=180
 # Short: a test waits for them.
 SlurmctldTimeout=10
