@@ -54,7 +54,8 @@ evaluate() {  # evaluate NAME COMMAND...
   shift
   "$@" --checkpoint "$tmp/ckpt" --data "$data/data" --windows 6 --task inputs/tasks/brown-lastword.jsonl \
     --per-item "$tmp/items" >"$tmp/e" 2>"$tmp/err" || { cat "$tmp/err"; fail "$name failed"; }
-  grep -vE "seconds|tokens/s" "$tmp/e" | sed "s|$tmp|TMP|g; s/^/$name /" >>"$out"
+  # The paths of the run and of the data are named TMP and DATA: two checkouts compare.
+  grep -vE "seconds|tokens/s" "$tmp/e" | sed "s|$tmp|TMP|g; s|$data|DATA|g; s/^/$name /" >>"$out"
   sed "s/^/$name-item /" "$tmp/items" >>"$out"
 }
 evaluate eval-1 "$jumbo" eval

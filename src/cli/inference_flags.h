@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "jumbo/infer/session.h"
+#include "flags.h"
 
 namespace jumbo::cli {
 
@@ -16,9 +17,9 @@ inline void add_checkpoint_flags(CLI::App& cmd, CheckpointOptions& o) {
   cmd.add_option("--tp", o.tp, "tensor-parallel ranks (any layout, whatever the checkpoint's)")
       ->capture_default_str();
   cmd.add_option("--pp", o.pp, "pipeline stages")->capture_default_str();
-  cmd.add_option("--device", o.device, "cpu or cuda (one GPU per rank)")->capture_default_str();
-  cmd.add_option("--precision", o.precision,
-                 "fp32 or bf16 weights and activations (default: the checkpoint's)");
+  add_choice_flag(cmd, "--device", o.device, "cpu or cuda (one GPU per rank)");
+  add_choice_flag(cmd, "--precision", o.precision,
+                  "fp32 or bf16 weights and activations (default: the checkpoint's)");
 }
 
 inline void add_inference_flags(CLI::App& cmd, InferenceOptions& o) {

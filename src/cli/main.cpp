@@ -13,6 +13,15 @@ namespace {
 std::string rank_prefix(int world_size) {
   return world_size > 1 ? "rank " + std::to_string(jumbo::mpi_world()->rank()) + ": " : "";
 }
+// "train " for `jumbo train --bad`, "bench train " for a bench verb: where --help would help.
+std::string verb_path(CLI::App& app) {
+  std::string path;
+  for (CLI::App* cmd = &app; !cmd->get_subcommands().empty();) {
+    cmd = cmd->get_subcommands().front();
+    path += cmd->get_name() + " ";
+  }
+  return path;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,7 +53,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     code = run ? run() : 0;
   } catch (const CLI::ParseError& e) {
-    code = app.exit(e);
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      code = app.exit(e);  // --help, --version
+    } else {
+      // One line, exit 2, like every other user mistake (CLI11's own: two lines, its code).
+      if (jumbo::mpi_world()->rank() == 0) {
+        std::fprintf(stderr, "jumbo: error: %s (see jumbo %s--help)\n", e.what(),
+                     verb_path(app).c_str());
+      }
+      code = 2;
+    }
   } catch (const jumbo::UserError& e) {
     std::fprintf(stderr, "jumbo: %serror: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 2;

@@ -6,15 +6,16 @@
 #include <vector>
 
 #include "jumbo/backend/backend.h"
+#include "jumbo/bench/bench.h"
+#include "jumbo/bench/bench_generate.h"
+#include "jumbo/bench/load_generator.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/config/gpus.h"
-#include "jumbo/obs/peak.h"
-#include "jumbo/infer/bench_generate.h"
 #include "jumbo/parallel/stage_plan.h"
-#include "jumbo/serve/load_generator.h"
-#include "jumbo/train/bench.h"
-#include "jumbo/train/device.h"
+#include "jumbo/runtime/device.h"
+#include "jumbo/runtime/peak.h"
+#include "flags.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -26,7 +27,6 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   struct Args {
     std::string model, config;
     std::vector<std::string> overrides;
-    std::string precision = "fp32", device = "cpu";
     TrainBenchOptions opts;
     RunBenchOptions run;
   };
@@ -43,18 +43,18 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   train->add_option("--set", args->overrides, "override a key of the run config (repeatable)")
       ->needs(config);
   const std::vector<CLI::Option*> preset_only = {
-      train->add_option("--micro-batch", args->opts.micro_batch)->capture_default_str(),
-      train->add_option("--seq", args->opts.seq)->capture_default_str(),
-      train->add_option("--micro-steps", args->opts.micro_steps, "microbatches per step")
-          ->capture_default_str(),
-      train->add_option("--precision", args->precision, "fp32 or bf16")->capture_default_str(),
+      add_min_flag<int64_t>(*train, "--micro-batch", args->opts.micro_batch, 1, "sequences"),
+      add_min_flag<int64_t>(*train, "--seq", args->opts.seq, 1, "tokens per sequence"),
+      add_min_flag<int64_t>(*train, "--micro-steps", args->opts.micro_steps, 1,
+                            "microbatches per step"),
+      add_choice_flag(*train, "--precision", args->opts.precision, "fp32 or bf16"),
       train->add_option("--peak-tflops", args->opts.peak_tflops,
                         "0 = the GPU's bf16 peak, or measure this machine's fp32 peak")
           ->capture_default_str(),
-      train->add_option("--device", args->device, "cpu or cuda")->capture_default_str()};
+      add_choice_flag(*train, "--device", args->opts.device, "cpu or cuda")};
   for (CLI::Option* o : preset_only) o->excludes(config);
-  train->add_option("--steps", args->opts.steps, "timed steps")->capture_default_str();
-  train->add_option("--warmup", args->opts.warmup_steps, "untimed steps")->capture_default_str();
+  add_min_flag<int64_t>(*train, "--steps", args->opts.steps, 1, "timed steps");
+  add_min_flag<int64_t>(*train, "--warmup", args->opts.warmup_steps, 0, "untimed steps");
   train->add_option("--gpu", args->run.gpu,
                     "--config: the GPU type of the plan's estimate (default: train.gpu, else "
                     "a100-40gb): " + known_gpu_names())
@@ -72,11 +72,6 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
         throw UserError("bench train: give --model PRESET (one rank) or --config RUN.toml (the "
                         "run's layout on every rank)");
       }
-      if (args->opts.micro_batch < 1 || args->opts.seq < 1 || args->opts.steps < 1 ||
-          args->opts.micro_steps < 1 || args->opts.warmup_steps < 0) {
-        throw UserError("bench train: --micro-batch, --seq, --steps and --micro-steps must be "
-                        ">= 1, --warmup >= 0");
-      }
       if (!args->config.empty()) {
         const RunConfig cfg = load_run_config(args->config, args->overrides);
         // Before a device is opened, as `jumbo train` (rank 0's stage options).
@@ -89,14 +84,6 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
         if (world->rank() == 0) fmt::print("{}\n", describe(r, cfg, args->run));
         return 0;
       }
-      if (args->precision != "fp32" && args->precision != "bf16") {
-        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", args->precision));
-      }
-      if (args->device != "cpu" && args->device != "cuda") {
-        throw UserError(fmt::format("--device {}: expected cpu or cuda", args->device));
-      }
-      args->opts.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
-      args->opts.device = args->device == "cuda" ? Device::cuda : Device::cpu;
       ModelConfig m = load_model_config(args->model);
       auto backend = make_backend(args->opts.device);
       const TrainBenchResult r = bench_train(m, args->opts, *backend);
@@ -106,7 +93,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   });
 
   struct GenArgs {
-    std::string model, precision = "fp32";
+    std::string model;
     GenerateBenchOptions opts;
   };
   auto gen = std::make_shared<GenArgs>();
@@ -115,29 +102,20 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
                   "memory bandwidth");
   generate->add_option("-m,--model", gen->model, "model preset TOML")->required();
   generate->add_option("--batch", gen->opts.batches, "batch sizes")->capture_default_str();
-  generate->add_option("--prompt", gen->opts.prompt_tokens, "prompt tokens per sequence")
-      ->capture_default_str();
-  generate->add_option("--new-tokens", gen->opts.new_tokens, "tokens generated per sequence")
-      ->capture_default_str();
-  generate->add_option("--repeats", gen->opts.repeats, "timed repeats (median)")->capture_default_str();
-  generate->add_option("--prefill-chunk", gen->opts.prefill_chunk,
-                       "prompt rows one step may add (0 = every prompt of the largest batch at "
-                       "once)")->capture_default_str();
-  generate->add_option("--precision", gen->precision, "fp32 or bf16")->capture_default_str();
+  add_min_flag<int64_t>(*generate, "--prompt", gen->opts.prompt_tokens, 1,
+                        "prompt tokens per sequence");
+  add_min_flag<int64_t>(*generate, "--new-tokens", gen->opts.new_tokens, 2,
+                        "tokens generated per sequence");
+  add_min_flag<int64_t>(*generate, "--repeats", gen->opts.repeats, 1, "timed repeats (median)");
+  add_min_flag<int64_t>(*generate, "--prefill-chunk", gen->opts.prefill_chunk, 0,
+                        "prompt rows one step may add (0 = every prompt of the largest batch "
+                        "at once)");
+  add_choice_flag(*generate, "--precision", gen->opts.precision, "fp32 or bf16");
   generate->callback([&run, gen] {
     run = [gen] {
-      if (gen->precision != "fp32" && gen->precision != "bf16") {
-        throw UserError(fmt::format("--precision {}: expected fp32 or bf16", gen->precision));
-      }
       for (int64_t b : gen->opts.batches) {
         if (b < 1) throw UserError(fmt::format("--batch {}: expected >= 1", b));
       }
-      if (gen->opts.prompt_tokens < 1 || gen->opts.new_tokens < 2 || gen->opts.repeats < 1 ||
-          gen->opts.prefill_chunk < 0) {
-        throw UserError("bench generate: --prompt >= 1, --new-tokens >= 2, --repeats >= 1, "
-                        "--prefill-chunk >= 0");
-      }
-      gen->opts.precision = gen->precision == "bf16" ? Precision::bf16 : Precision::fp32;
       const ModelConfig m = load_model_config(gen->model);
       auto backend = make_cpu_backend();
       const GenerateBenchResult r = bench_generate(m, gen->opts, *backend, mpi_world());

@@ -11,7 +11,7 @@
 #include "jumbo/ckpt/tools.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/infer/export_hf.h"
-#include "jumbo/train/convert.h"
+#include "jumbo/train/reshard.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -136,7 +136,7 @@ void add_convert(CLI::App& ckpt, VerbRunner& run) {
     run = [args] {
       const auto t0 = std::chrono::steady_clock::now();
       auto world = mpi_world();
-      const ConvertStats s = convert_checkpoint(args->path, args->output, args->layout, *world,
+      const ReshardStats s = reshard_checkpoint(args->path, args->output, args->layout, *world,
                                                 s3_from_environment());
       const double total = world->all_reduce_scalar(static_cast<double>(s.bytes), ReduceOp::sum);
       const double secs =

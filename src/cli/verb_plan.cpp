@@ -11,6 +11,7 @@
 #include "jumbo/config/gpus.h"
 #include "jumbo/plan/search.h"
 #include "jumbo/plan/storage.h"
+#include "flags.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -52,9 +53,10 @@ int64_t parse_bytes(const std::string& text) {
 
 void add_plan_verb(CLI::App& app, VerbRunner& run) {
   struct Args {
-    std::string model, config, gpu = "a100-40gb", precision = "bf16", tokens,
+    std::string model, config, gpu = "a100-40gb", tokens,
         price = fmt::format("{}", kP4dOnDemandUsdPerNodeHour);
     std::vector<std::string> overrides;
+    Precision precision = Precision::bf16;
     int64_t nodes = 0, gpus_per_node = 8, global_batch = 0, seq = 0;
     size_t limit = 20;
     bool best = false, storage = false;
@@ -69,12 +71,12 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
   model->excludes(config);
   cmd->add_option("--set", args->overrides, "override a key of the run config");
   cmd->add_option("--gpu", args->gpu, "GPU type: " + known_gpu_names())->capture_default_str();
-  cmd->add_option("--nodes", args->nodes, "nodes")->required();
-  cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node")->capture_default_str();
+  add_min_flag<int64_t>(*cmd, "--nodes", args->nodes, 1, "nodes")->required();
+  add_min_flag<int64_t>(*cmd, "--gpus-per-node", args->gpus_per_node, 1, "GPUs per node");
   cmd->add_option("--global-batch", args->global_batch,
                   "sequences per step (default: the run config's, else 1536 = 3.2M tokens of 2048)");
   cmd->add_option("--seq", args->seq, "tokens per sequence (default: model.context)");
-  cmd->add_option("--precision", args->precision, "bf16 or fp32")->capture_default_str();
+  add_choice_flag(*cmd, "--precision", args->precision, "fp32 or bf16 (--config: the config's)");
   cmd->add_option("--tokens", args->tokens,
                   "tokens to train on, e.g. 300e9: adds est. days, GPU-hours and cost per layout");
   cmd->add_option("--price-per-node-hour", args->price,
@@ -114,7 +116,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         const RunConfig cfg = load_run_config(args->config, args->overrides);
         r.model = cfg.model;
         r.target.global_batch = cfg.train.global_batch;
-        args->precision = to_string(cfg.train.precision);
+        args->precision = cfg.train.precision;
         checkpoint = cfg.checkpoint;
         checkpoint_source = fmt::format(
             "checkpoint settings from {} (every = {}, keep_last = {}, keep_every = {})",
@@ -135,14 +137,6 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         throw UserError(fmt::format("jumbo plan: --gpu {}: expected one of {}", args->gpu,
                                     known_gpu_names()));
       r.gpu = *gpu;
-      if (args->nodes < 1)
-        throw UserError(fmt::format("jumbo plan: --nodes {}: expected >= 1", args->nodes));
-      if (args->gpus_per_node < 1)
-        throw UserError(fmt::format("jumbo plan: --gpus-per-node {}: expected >= 1",
-                                    args->gpus_per_node));
-      if (args->precision != "bf16" && args->precision != "fp32")
-        throw UserError(fmt::format("jumbo plan: --precision {}: expected bf16 or fp32",
-                                    args->precision));
       if (args->global_batch < 0 || args->seq < 0 || args->seq > r.model.context)
         throw UserError(fmt::format("jumbo plan: --global-batch {} --seq {}: expected >= 1, and "
                                     "a sequence no longer than model.context = {}",
@@ -152,7 +146,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
       if (args->global_batch > 0) r.target.global_batch = args->global_batch;
       r.target.seq = args->seq;
       r.target.device = PlanDevice::gpu;
-      r.target.precision = args->precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      r.target.precision = args->precision;
       if (!args->tokens.empty()) {
         r.tokens = parse_number(args->tokens);
         if (!(r.tokens > 0))

@@ -8,7 +8,7 @@
 
 #include "inference_flags.h"
 #include "jumbo/serve/server.h"
-#include "jumbo/train/stop_signal.h"
+#include "jumbo/runtime/stop_signal.h"
 #include "verbs.h"
 
 namespace jumbo::cli {

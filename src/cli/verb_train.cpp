@@ -10,8 +10,8 @@
 #include "jumbo/config/config.h"
 #include "jumbo/embedded_demo.h"
 #include "jumbo/parallel/stage_plan.h"
-#include "jumbo/train/device.h"
-#include "jumbo/train/stop_signal.h"
+#include "jumbo/runtime/device.h"
+#include "jumbo/runtime/stop_signal.h"
 #include "jumbo/train/trainer.h"
 #include "verbs.h"
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <type_traits>
@@ -568,5 +569,35 @@ std::string describe(const RunConfig& cfg_in) {
   }
   return out;
 }
+
+template <typename E>
+std::optional<E> parse_choice(std::string_view name) {
+  const Choice* c = choice_for<E>();
+  for (size_t i = 0; i < c->names.size(); ++i) {
+    if (c->names[i] == name) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+template <typename E>
+std::string choice_names() {
+  const Choice* c = choice_for<E>();
+  std::string out;
+  for (size_t i = 0; i < c->names.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == c->names.size() ? " or " : ", ";
+    out += c->names[i];
+  }
+  return out;
+}
+
+#define JUMBO_CHOICE(E)                                              \
+  template std::optional<E> parse_choice<E>(std::string_view name); \
+  template std::string choice_names<E>();
+JUMBO_CHOICE(Precision)
+JUMBO_CHOICE(Recompute)
+JUMBO_CHOICE(Device)
+JUMBO_CHOICE(AnomalyAction)
+JUMBO_CHOICE(ExpectNetwork)
+#undef JUMBO_CHOICE
 
 }  // namespace jumbo

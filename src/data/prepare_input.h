@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "jumbo/data/prepare.h"
+#include "jumbo/data/bad_documents.h"
 
 namespace jumbo {
 

@@ -14,6 +14,7 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/config/hashing.h"
+#include "jumbo/data/prepare.h"
 #include "jumbo/data/tokenizer.h"
 #include "prepare_input.h"
 

@@ -128,20 +128,18 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
       layout_(engine_layout(model, opts, world->size())),
       backend_(backend),
       world_(world),
-      grid_(world, static_cast<int>(opts.tp), static_cast<int>(opts.pp)) {
+      stage_(world, model_, layout_, StepShape{.precision = opts.precision}) {
   if (opts_.sampled_vocab <= 0 || opts_.sampled_vocab > model_.vocab) opts_.sampled_vocab = model_.vocab;
-  StepShape shape;
-  shape.precision = opts.precision;
-  const StagePlan plan = plan_stage(model_, layout_, shape, grid_.coords());
-  decoder_ = std::make_unique<GptDecoder>(model_, plan.model, opts.shape, backend_, grid_.tp());
-  if (grid_.last_stage()) {
+  decoder_ = std::make_unique<GptDecoder>(model_, stage_.options(), opts.shape, backend_,
+                                          stage_.groups().tp);
+  if (stage_.grid().last_stage()) {
     const int64_t s = decoder_->shape().max_sampled, vl = decoder_->vocab_local();
     gather_arena_ = backend_.device().make_arena(
-        static_cast<size_t>(grid_.tp_size() * s * vl) * 4 + Arena::kAlign, "sampled logits");
-    gathered_ = gather_arena_.alloc(DType::f32, {grid_.tp_size() * s * vl});
+        static_cast<size_t>(stage_.grid().tp_size() * s * vl) * 4 + Arena::kAlign, "sampled logits");
+    gathered_ = gather_arena_.alloc(DType::f32, {stage_.grid().tp_size() * s * vl});
     host_logits_.resize(static_cast<size_t>(gathered_.numel()));
     row_logits_.resize(static_cast<size_t>(opts_.sampled_vocab));
-    if (grid_.tp_rank() == 0) {
+    if (stage_.grid().tp_rank() == 0) {
       generated_.resize(static_cast<size_t>(opts.shape.cache_slots));
       for (auto& g : generated_) g.reserve(static_cast<size_t>(opts.shape.cache_positions));
       adjusted_logits_.resize(static_cast<size_t>(opts_.sampled_vocab));
@@ -151,7 +149,7 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
 }
 
 void GenerationEngine::load(const ResolvedCheckpoint& ckpt) {
-  load_weights(ckpt, decoder_->params(), backend_, grid_.dp());
+  load_weights(ckpt, decoder_->params(), backend_, stage_.grid().dp());
 }
 
 std::vector<TokenPick> GenerationEngine::step(const EngineStep& step) {
@@ -181,28 +179,28 @@ void GenerationEngine::follow() {
 
 std::vector<TokenPick> GenerationEngine::run(const EngineStep& step) {
   const int64_t n = static_cast<int64_t>(step.rows.size());
-  Comm& pp = grid_.pp();
-  if (!grid_.first_stage()) {
-    CommRequest r = pp.irecv(decoder_->input(n), grid_.pp_rank() - 1, 0);
+  Comm& pp = stage_.grid().pp();
+  if (!stage_.grid().first_stage()) {
+    CommRequest r = pp.irecv(decoder_->input(n), stage_.grid().pp_rank() - 1, 0);
     pp.wait(r);
   }
   sampled_rows_.clear();
   for (const SampledRow& s : step.sampled) sampled_rows_.push_back(s.row);
   decoder_->forward(step.rows, sampled_rows_);
-  if (!grid_.last_stage()) {
-    CommRequest r = pp.isend(decoder_->output(n), grid_.pp_rank() + 1, 0);
+  if (!stage_.grid().last_stage()) {
+    CommRequest r = pp.isend(decoder_->output(n), stage_.grid().pp_rank() + 1, 0);
     pp.wait(r);
   }
   std::vector<char> bytes;
-  const int root = grid_.world_rank_of(0, 0, grid_.pp_size() - 1);
+  const int root = stage_.grid().world_rank_of(0, 0, stage_.grid().pp_size() - 1);
   if (world_->rank() == root) bytes = encode_picks({});  // no sampled rows
-  if (grid_.last_stage() && !step.sampled.empty()) {
+  if (stage_.grid().last_stage() && !step.sampled.empty()) {
     const int64_t s = static_cast<int64_t>(step.sampled.size()), vl = decoder_->vocab_local();
-    const int tp = grid_.tp_size();
+    const int tp = stage_.grid().tp_size();
     Tensor mine = decoder_->logits(s).view({s * vl});
     Tensor all = gathered_.rows(0, tp * s * vl);
-    grid_.tp().all_gather(mine, all);  // [tp, s, vocab slice]
-    if (grid_.tp_rank() == 0) {
+    stage_.grid().tp().all_gather(mine, all);  // [tp, s, vocab slice]
+    if (stage_.grid().tp_rank() == 0) {
       backend_.to_host(host_logits_.data(), all);
       std::vector<TokenPick> picks;
       for (int64_t k = 0; k < s; ++k) {

@@ -76,6 +76,19 @@ class RunWindows final : public MicrobatchSource {
 
 }  // namespace
 
+namespace {
+// The step shape of one forward-only run: enough microbatches to fill the pipeline several
+// times over.
+StepShape eval_shape(const EvalLayout& layout, int64_t dp, int64_t seq, int64_t microbatches) {
+  StepShape shape;
+  shape.global_batch = microbatches * layout.micro_batch * dp;
+  shape.seq = seq;
+  shape.precision = layout.precision;
+  shape.eval_microbatches = microbatches;
+  return shape;
+}
+}  // namespace
+
 Evaluator::Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t seq,
                      Backend& backend, std::shared_ptr<Comm> world)
     : model_(model),
@@ -84,26 +97,20 @@ Evaluator::Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t
       seq_(seq),
       backend_(backend),
       world_(world),
-      grid_(world, static_cast<int>(layout.tp), static_cast<int>(layout.pp)) {
-  // Enough microbatches per run to fill the pipeline several times over.
-  microbatches_per_run_ = 4 * layout.pp;
-  StepShape shape;
-  shape.global_batch = microbatches_per_run_ * layout.micro_batch * parallel_.dp;
-  shape.seq = seq;
-  shape.precision = layout.precision;
-  shape.eval_microbatches = microbatches_per_run_;
-  plan_ = plan_stage(model_, parallel_, shape, grid_.coords());
-  gpt_ = std::make_unique<GptModel>(model_, plan_.model, backend_, grid_.tp());
-  runner_ = std::make_unique<PipelineRunner>(*gpt_, grid_.pp(), plan_);
+      microbatches_per_run_(4 * layout.pp),
+      stage_(world, model_, parallel_,
+             eval_shape(layout, parallel_.dp, seq, microbatches_per_run_)) {
+  gpt_ = std::make_unique<GptModel>(model_, stage_.options(), backend_, stage_.groups().tp);
+  runner_ = std::make_unique<PipelineRunner>(*gpt_, stage_.groups().pp, stage_.plan());
 }
 
 void Evaluator::load(const ResolvedCheckpoint& ckpt) {
-  load_weights(ckpt, gpt_->params(), backend_, grid_.dp());
+  load_weights(ckpt, gpt_->params(), backend_, stage_.grid().dp());
 }
 
 void Evaluator::score(const WindowSource& source,
                       const std::function<void(int64_t, std::span<const float>)>& scored) {
-  const int64_t mb = layout_.micro_batch, dp = grid_.dp_size(), d = grid_.dp_rank();
+  const int64_t mb = layout_.micro_batch, dp = stage_.grid().dp_size(), d = stage_.grid().dp_rank();
   const int64_t windows = source.count();
   const int64_t microbatches = (windows + mb - 1) / mb;
   // Microbatch g holds windows [g mb, (g + 1) mb); replica d takes g = d, d + dp, ...

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "jumbo/train/device.h"
+#include "jumbo/runtime/device.h"
 
 namespace jumbo {
 
@@ -18,17 +18,12 @@ UserError flag_error(const std::string& verb, const std::string& flag, const std
 }  // namespace
 
 OpenedCheckpoint open_checkpoint_for(const CheckpointOptions& o, const std::string& verb) {
-  if (o.device != "cpu" && o.device != "cuda") throw flag_error(verb, "--device", o.device, "cpu or cuda");
-  if (!o.precision.empty() && o.precision != "fp32" && o.precision != "bf16") {
-    throw flag_error(verb, "--precision", o.precision, "fp32 or bf16");
-  }
   OpenedCheckpoint c;
-  c.backend = make_backend(o.device == "cuda" ? Device::cuda : Device::cpu);
+  c.backend = make_backend(o.device);
   c.world = make_world_comm(*c.backend);
   c.checkpoint = open_checkpoint(o.checkpoint, S3Options{}, *c.world);
   const Manifest& m = c.checkpoint.manifest;
-  c.precision = o.precision.empty() ? m.precision
-                : o.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  c.precision = o.precision.value_or(m.precision);
   if (c.world->rank() == 0) {
     const std::string path = o.tokenizer.empty() ? m.tokenizer : o.tokenizer;
     if (path.empty()) {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 namespace jumbo {
@@ -82,41 +81,6 @@ void GptDecoder::layout_step(Arena& arena) {
   }
 }
 
-void GptDecoder::block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n,
-                       int64_t picked) {
-  auto W = [&](int i) { return params_.weight(i); };
-  // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
-  const bool bias_here = tp_rank_ == 0;
-  Tensor x = x_.rows(0, n), ln = ln_.rows(0, n);
-  backend_.layernorm_fwd(ln, mean_.rows(0, n), rstd_.rows(0, n), x, W(p.ln1_w), W(p.ln1_b),
-                         opts_.layernorm_eps);
-  backend_.linear_fwd(qkv_.rows(0, n), ln, W(p.qkv_w), W(p.qkv_b));
-  backend_.attention_kv_cache(atty_.rows(0, n), qkv_.rows(0, n), k_cache, v_cache,
-                              rows_.rows(0, n));
-  Tensor atty = atty_.rows(0, n);
-  if (picked >= 0) {
-    // The last layer of the last stage: every row's keys and values are in the cache now, and
-    // only the sampled rows reach the head, so the rest of the block runs on them alone (a
-    // prefill chunk's other rows are most of the step). picked_rows_ holds their indices.
-    n = picked;
-    if (n == 0) return;
-    backend_.token_embedding_fwd(picked_.rows(0, n), picked_rows_.rows(0, n), x, 0);
-    backend_.token_embedding_fwd(picked_atty_.rows(0, n), picked_rows_.rows(0, n), atty, 0);
-    x = picked_.rows(0, n);
-    atty = picked_atty_.rows(0, n);
-    ln = ln_.rows(0, n);
-  }
-  Tensor proj = proj_.rows(0, n), mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
-  backend_.linear_fwd(proj, atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
-  tp_.all_reduce(proj, ReduceOp::sum);
-  backend_.add(x, x, proj);
-  backend_.layernorm_fwd(ln, mean, rstd, x, W(p.ln2_w), W(p.ln2_b), opts_.layernorm_eps);
-  backend_.linear_gelu_fwd(fch_gelu_.rows(0, n), fch_.rows(0, n), ln, W(p.fc1_w), W(p.fc1_b));
-  backend_.linear_fwd(proj, fch_gelu_.rows(0, n), W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
-  tp_.all_reduce(proj, ReduceOp::sum);
-  backend_.add(x, x, proj);
-}
-
 void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_t> sampled) {
   const int64_t n = static_cast<int64_t>(rows.size());
   if (n < 1 || n > shape_.max_rows || static_cast<int64_t>(sampled.size()) > shape_.max_sampled) {
@@ -136,6 +100,8 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
     host_rows_[static_cast<size_t>(2 * i + 1)] = r.position;
   }
   backend_.from_host(rows_.rows(0, n), host_rows_.data());
+  TensorParallelRegion region(backend_, tp_);  // no sequence parallelism in decoding
+  const LayerContext context{backend_, region, params_, opts_.layernorm_eps};
   Tensor x = x_.rows(0, n);
   if (opts_.has_embedding) {
     backend_.from_host(tokens_.rows(0, n), host_tokens_.data());
@@ -143,7 +109,7 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
     // Vocab-parallel embedding (zeros outside this rank's slice, then the all-reduce), then
     // each row's own position: the position table looked up like a vocabulary.
     backend_.token_embedding_fwd(x, tokens_.rows(0, n), params_.weight(ix_.wte), vocab_start_);
-    tp_.all_reduce(x, ReduceOp::sum);
+    region.reduce(x, x);
     backend_.token_embedding_fwd(pos_emb_.rows(0, n), positions_.rows(0, n),
                                  params_.weight(ix_.wpe), 0);
     backend_.add(x, x, pos_emb_.rows(0, n));
@@ -163,9 +129,20 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
     std::copy(sampled.begin(), sampled.end(), host_picked_.begin());
     backend_.from_host(picked_rows_.rows(0, s), host_picked_.data());
   }
+  // The residual stream is added in place: x is each layer's input and both its residuals.
+  Tensor ln = ln_.rows(0, n), mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
+  const LayerTensors layer{.input = x, .ln1 = ln, .ln1_full = ln, .ln1_mean = mean,
+                           .ln1_rstd = rstd, .qkv = qkv_.rows(0, n), .atty = atty_.rows(0, n),
+                           .probs = Tensor{}, .residual2 = x, .ln2 = ln, .ln2_full = ln,
+                           .ln2_mean = mean, .ln2_rstd = rstd, .fch = fch_.rows(0, n),
+                           .fch_gelu = fch_gelu_.rows(0, n), .residual3 = x,
+                           .proj_full = proj_.rows(0, n), .proj_part = proj_.rows(0, n)};
   for (size_t l = 0; l < ix_.layers.size(); ++l) {
     const bool last = l + 1 == ix_.layers.size();
-    block(ix_.layers[l], k_cache_[l], v_cache_[l], n, compact && last ? s : -1);
+    KvCacheAttention attention(k_cache_[l], v_cache_[l], rows_.rows(0, n),
+                               {.rows = picked_rows_, .input = picked_, .atty = picked_atty_,
+                                .count = compact && last ? s : -1});
+    transformer_layer_forward(context, ix_.layers[l], attention, layer);
   }
   if (!opts_.has_head || sampled.empty()) return;
   if (!compact) {
@@ -173,13 +150,14 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
       backend_.copy(picked_.rows(k, 1), x.rows(sampled[static_cast<size_t>(k)], 1));
     }
   }
-  backend_.layernorm_fwd(lnf_.rows(0, s), lnf_mean_.rows(0, s), lnf_rstd_.rows(0, s),
-                         picked_.rows(0, s), params_.weight(ix_.lnf_w), params_.weight(ix_.lnf_b),
-                         opts_.layernorm_eps);
-  // Tied head over this rank's vocabulary slice; padding takes no part in sampling.
-  backend_.linear_fwd(logits_.rows(0, s), lnf_.rows(0, s), params_.weight(ix_.wte), Tensor{});
+  // The sampled rows' logits: padding (-inf) takes no part in sampling.
+  Tensor lnf = lnf_.rows(0, s);
+  head_logits_forward(context, {.wte = ix_.wte, .lnf_w = ix_.lnf_w, .lnf_b = ix_.lnf_b},
+                      {.lnf = lnf, .lnf_full = lnf, .lnf_mean = lnf_mean_.rows(0, s),
+                       .lnf_rstd = lnf_rstd_.rows(0, s), .logits = logits_.rows(0, s)},
+                      picked_.rows(0, s), vocab_valid_);
+  // bf16 -inf widens to f32 -inf: the same bits as filling the f32 copy.
   if (logits_f32_.data != logits_.data) backend_.copy(logits_f32_.rows(0, s), logits_.rows(0, s));
-  backend_.fill_columns(logits_f32_.rows(0, s), vocab_valid_, -INFINITY);
 }
 
 }  // namespace jumbo

@@ -25,7 +25,7 @@ ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<
 }  // namespace
 
 GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp)
-    : cfg_(cfg), opts_(opts), backend_(backend), tp_(tp) {
+    : cfg_(cfg), opts_(opts), backend_(backend), tp_(tp), region_(backend, tp) {
   tp_rank_ = tp.rank();
   tp_size_ = tp.size();
   if (opts_.seq <= 0 || opts_.seq > cfg_.context) {
@@ -55,6 +55,10 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
   layout_activations(counting);
   acts_arena_ = backend_.device().make_arena(counting.used(), "activations");
   layout_activations(acts_arena_);
+  if (sp_) {
+    region_ = TensorParallelRegion(backend_, tp_, {.batch = opts_.micro_batch, .seq = opts_.seq,
+                                                   .width = cfg_.d_model, .stage = sp_stage_});
+  }
   host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
 }
 
@@ -233,6 +237,14 @@ void GptModel::layout_activations(Arena& arena) {
   dfch_ = arena.alloc(t, {b, s, ffn_local_});
   dfch_gelu_ = arena.alloc(t, {b, s, ffn_local_});
   dprobs_ = arena.alloc(f32, {b, heads_local_, s, stats_cols});
+  for (Slot& slot : slots_) {
+    for (size_t l = 0; l < slot.layers.size(); ++l) {
+      LayerActs& la = slot.layers[l];
+      la.input = l > 0 ? slot.layers[l - 1].residual3 : slot.encoded;
+      la.proj_full = proj_out_;
+      la.proj_part = proj_part_;
+    }
+  }
 }
 
 Tensor GptModel::output(int slot) {
@@ -240,36 +252,11 @@ Tensor GptModel::output(int slot) {
   return s.layers.empty() ? s.encoded : s.layers.back().residual3;
 }
 
-void GptModel::block_forward(LayerActs& a, const LayerParams& p, Tensor input) {
-  auto W = [&](int i) { return params_.weight(i); };
-  // Row-parallel layers add their bias on tp rank 0 only, so the all-reduce counts it once.
-  const bool bias_here = tp_rank_ == 0;
-  backend_.layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, input, W(p.ln1_w), W(p.ln1_b),
-                         opts_.layernorm_eps);
-  gather_sequence(a.ln1, a.ln1_full);
-  backend_.linear_fwd(a.qkv, a.ln1_full, W(p.qkv_w), W(p.qkv_b));
-  backend_.attention_fwd(a.atty, a.probs, a.qkv);
-  backend_.linear_fwd(proj_out_, a.atty, W(p.proj_w), bias_here ? W(p.proj_b) : Tensor{});
-  reduce_to_part(proj_out_, proj_part_);
-  backend_.add(a.residual2, input, proj_part_);
-  backend_.layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, W(p.ln2_w), W(p.ln2_b),
-                         opts_.layernorm_eps);
-  gather_sequence(a.ln2, a.ln2_full);
-  backend_.linear_gelu_fwd(a.fch_gelu, a.fch, a.ln2_full, W(p.fc1_w), W(p.fc1_b));
-  backend_.linear_fwd(proj_out_, a.fch_gelu, W(p.fc2_w), bias_here ? W(p.fc2_b) : Tensor{});
-  reduce_to_part(proj_out_, proj_part_);
-  backend_.add(a.residual3, a.residual2, proj_part_);
-}
-
 void GptModel::head_forward(Slot& s, Tensor x) {
-  backend_.layernorm_fwd(lnf_, lnf_mean_, lnf_rstd_, x, params_.weight(lnf_w_),
-                         params_.weight(lnf_b_), opts_.layernorm_eps);
-  gather_sequence(lnf_, lnf_full_);
-  const int64_t n = opts_.micro_batch * opts_.seq;
-  // Tied head: logits for this rank's vocab slice only.
-  backend_.linear_fwd(logits_, lnf_full_.view({n, cfg_.d_model}), params_.weight(wte_), Tensor{});
-  // Padded vocabulary columns (their number depends on tp) take no part in the softmax.
-  backend_.fill_columns(logits_, vocab_valid_, -INFINITY);
+  head_logits_forward(layer_context(), {.wte = wte_, .lnf_w = lnf_w_, .lnf_b = lnf_b_},
+                      {.lnf = lnf_, .lnf_full = lnf_full_, .lnf_mean = lnf_mean_,
+                       .lnf_rstd = lnf_rstd_, .logits = logits_},
+                      x, vocab_valid_);
   // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
   backend_.ce_local_max(ce_max_, logits_);
   tp_.all_reduce(ce_max_, ReduceOp::max);
@@ -301,22 +288,20 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
     Tensor full = sp_ ? emb_full_ : s.encoded;
     backend_.token_embedding_fwd(full, s.tokens, params_.weight(wte_), vocab_start_);
-    reduce_to_part(full, s.encoded);
+    region_.reduce(full, s.encoded);
     // This rank's part of the sequence starts at position tp_rank x S/tp.
     backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
   }
-  Tensor x = s.encoded;
   for (int64_t l = 0; l < opts_.num_layers; ++l) {
     const LayerParams& p = layer_params_[base + l];
     need({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_w,
           p.fc1_b, p.fc2_w, p.fc2_b});
-    block_forward(s.layers[l], p, x);
-    x = s.layers[l].residual3;
+    transformer_layer_forward(layer_context(), p, causal_, s.layers[l]);
   }
   if (!opts_.has_head || chunk != opts_.chunks - 1) return;
   need({wte_, lnf_w_, lnf_b_});
   backend_.from_host(s.targets, targets);
-  head_forward(s, x);
+  head_forward(s, output(slot));
   if (losses_recorded_ == opts_.losses_per_read) {
     throw std::logic_error(fmt::format("GptModel: more than losses_per_read = {} microbatches "
                                        "before take_loss_sum()", opts_.losses_per_read));
@@ -348,25 +333,25 @@ void GptModel::take_token_losses(std::vector<float>& out) {
   losses_recorded_ = 0;
 }
 
-void GptModel::block_backward(LayerActs& a, const LayerParams& p, Tensor input) {
+void GptModel::block_backward(LayerActs& a, const LayerParams& p) {
   auto W = [&](int i) { return params_.weight(i); };
   auto G = [&](int i) { return params_.grad(i); };
   Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
-  gather_sequence(dres, dres_full_);
+  region_.gather(dres, dres_full_);
   backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w));
   backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
   backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
-  reduce_to_part(dln_, dln_part_);  // column-parallel input gradient
+  region_.reduce(dln_, dln_part_);  // column-parallel input gradient
   backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_part_, a.residual2, W(p.ln2_w),
                          a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
-  gather_sequence(dres, dres_full_);
+  region_.gather(dres, dres_full_);
   backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w));
   backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs);
   backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
-  reduce_to_part(dln_, dln_part_);
-  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, input, W(p.ln1_w), a.ln1_mean,
+  region_.reduce(dln_, dln_part_);
+  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, a.input, W(p.ln1_w), a.ln1_mean,
                          a.ln1_rstd);
 }
 
@@ -377,7 +362,7 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
   backend_.fill_columns(logits_, vocab_valid_, 0.0f);
   backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
                       lnf_full_.view({n, c}), params_.weight(wte_));
-  reduce_to_part(dln_, dln_part_);  // the head is column-parallel over the vocabulary
+  region_.reduce(dln_, dln_part_);  // the head is column-parallel over the vocabulary
   backend_.fill(dresidual_, 0.0f);
   backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_part_, x,
                          params_.weight(lnf_w_), lnf_mean_, lnf_rstd_);
@@ -394,52 +379,24 @@ void GptModel::backward(int slot, int chunk, float loss_scale) {
     ready(lnf_w_);
   }
   for (int64_t l = opts_.num_layers - 1; l >= 0; --l) {
-    Tensor input = l > 0 ? s.layers[l - 1].residual3 : s.encoded;
     LayerActs& a = s.layers[l];
     if (opts_.recompute == Recompute::full) {
-      block_forward(a, layer_params_[base + l], input);  // rebuilds the shared tensors (and residual3)
+      // Rebuilds the shared tensors (and residual3) with the forward's own layer.
+      transformer_layer_forward(layer_context(), layer_params_[base + l], causal_, a);
     } else if (opts_.recompute == Recompute::selective) {
-      backend_.attention_fwd(a.atty, a.probs, a.qkv);
+      causal_.forward(backend_, a);
     }
-    block_backward(a, layer_params_[base + l], input);
+    block_backward(a, layer_params_[base + l]);
     ready(layer_params_[base + l].ln1_w);  // the layer's first parameter
   }
   if (opts_.has_embedding && chunk == 0) {
     backend_.position_embedding_bwd(
         params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
-    gather_sequence(dresidual_, dres_full_);
+    region_.gather(dresidual_, dres_full_);
     backend_.token_embedding_bwd(params_.grad(wte_), dres_full_, s.tokens, vocab_start_);
     ready(wpe_);
   } else {
     backend_.copy(s.dinput, dresidual_);  // sent to the previous stage from here
-  }
-}
-
-void GptModel::reduce_to_part(Tensor full, Tensor part) {
-  if (!sp_) {
-    tp_.all_reduce(full, ReduceOp::sum);
-    return;
-  }
-  // [B, S, C] -> [tp, B, S/tp, C], so each rank's part is one block of the reduce-scatter.
-  const int64_t b = opts_.micro_batch, s = opts_.seq, c = cfg_.d_model;
-  Tensor rows = full.view({b * s, c}), stage = sp_stage_.view({b * s, c});
-  for (int64_t r = 0; r < tp_size_; ++r) {
-    for (int64_t i = 0; i < b; ++i) {
-      backend_.copy(stage.rows((r * b + i) * seq_part_, seq_part_), rows.rows(i * s + r * seq_part_, seq_part_));
-    }
-  }
-  tp_.reduce_scatter(sp_stage_, part.view({b * seq_part_ * c}));
-}
-
-void GptModel::gather_sequence(Tensor part, Tensor full) {
-  if (!sp_) return;
-  const int64_t b = opts_.micro_batch, s = opts_.seq, c = cfg_.d_model;
-  tp_.all_gather(part.view({b * seq_part_ * c}), sp_stage_);
-  Tensor rows = full.view({b * s, c}), stage = sp_stage_.view({b * s, c});
-  for (int64_t r = 0; r < tp_size_; ++r) {
-    for (int64_t i = 0; i < b; ++i) {
-      backend_.copy(rows.rows(i * s + r * seq_part_, seq_part_), stage.rows((r * b + i) * seq_part_, seq_part_));
-    }
   }
 }
 

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include "jumbo/config/config.h"
 
@@ -83,6 +85,27 @@ void ScrambledTargets::next(int32_t* tokens, int32_t* targets) {
 void poison_with_nan(Backend& backend, Tensor grads) {
   const float nan = NAN;
   backend.from_host(grads.rows(0, 1), &nan);
+}
+
+StepFaults::StepFaults(FaultInjection faults, Backend& backend, int world_rank, int64_t vocab,
+                       int64_t tokens_per_microbatch)
+    : faults_(std::move(faults)),
+      backend_(backend),
+      slow_ms_(faults_.slow_ms(world_rank)),
+      vocab_(vocab),
+      tokens_(tokens_per_microbatch) {}
+
+MicrobatchSource& StepFaults::apply(StepRequest& request, MicrobatchSource& source,
+                                    int64_t first, int64_t end) {
+  if (faults_.nan_in(first, end)) {
+    request.before_grad_norm = [this](Tensor grads) { poison_with_nan(backend_, grads); };
+  }
+  if (!faults_.spike_in(first, end)) return source;
+  return scrambled_.emplace(source, vocab_, tokens_);
+}
+
+void StepFaults::slow_down() const {
+  if (slow_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
 }
 
 }  // namespace jumbo

@@ -5,7 +5,7 @@
 #include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/metrics.h"
-#include "jumbo/obs/peak.h"
+#include "jumbo/runtime/peak.h"
 #include "jumbo/plan/search.h"
 
 namespace jumbo {

@@ -3,16 +3,15 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <thread>
+#include <utility>
 
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
-#include "jumbo/train/device.h"
-#include "jumbo/train/stop_signal.h"
+#include "jumbo/runtime/device.h"
+#include "jumbo/runtime/stop_signal.h"
 
 namespace jumbo {
 
@@ -20,27 +19,20 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
     : cfg_(validated_for_world(cfg, world->size())),
       backend_(backend),
       world_(world),
-      grid_(world, static_cast<int>(cfg_.parallel.tp), static_cast<int>(cfg_.parallel.pp)),
-      groups_(process_groups(grid_)),
-      plan_(plan_stage(cfg_, grid_.coords())),
       // Before anything is allocated: a layout that cannot fit on train.gpu stops here.
       planned_(plan_memory(cfg_)),
       anomalies_(cfg_.train),
-      faults_(FaultInjection::from_environment()) {
-  check_device_supports(cfg_, plan_.model, backend_.device().kind());
+      faults_(FaultInjection::from_environment(), backend, world->rank(), cfg_.model.vocab,
+              cfg_.parallel.micro_batch * cfg_.model.context) {
+  RankStage place(world_, cfg_);
+  check_device_supports(cfg_, place.options(), backend_.device().kind());
   if (world_->size() > 1) start_comm_watchdog(cfg_.parallel.comm_timeout_s);
   // The network NCCL chose on every rank, from its log, before anything is allocated.
   if (const std::string net = require_nccl_network(cfg_, backend_, *world_); !net.empty())
     print(net);
   if (cfg_.train.threads > 0) omp_set_num_threads(static_cast<int>(cfg_.train.threads));
-  data_ = std::make_unique<RunData>(cfg_, grid_.dp_rank());  // a mismatch fails here, early
-
-  model_ = std::make_unique<GptModel>(cfg_.model, plan_.model, backend_, groups_.tp);
-  model_->initialize(cfg_.train.seed);
-  grad_sync_ = std::make_unique<GradSync>(model_->params(), groups_, plan_);
-  optimizer_ = std::make_unique<AdamW>(model_->params(), backend_, cfg_.train, plan_);
-  pipeline_ = std::make_unique<PipelineRunner>(*model_, groups_.pp, plan_);
-  step_parts_.reset(new StepParts{*model_, *pipeline_, *grad_sync_, *optimizer_, groups_});
+  data_ = std::make_unique<RunData>(cfg_, place.grid().dp_rank());  // a mismatch fails here, early
+  stage_ = std::make_unique<TrainStage>(std::move(place), cfg_.model, cfg_.train, backend_);
 
   const int64_t dp = cfg_.parallel.dp;
   const int64_t decay = cfg_.train.decay_tokens > 0 ? cfg_.train.decay_tokens
@@ -54,7 +46,7 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   }
   peak_ = run_peak(cfg_, backend_);
   if (world_->size() > 1) {
-    stragglers_ = std::make_unique<StragglerDetector>(*world_, grid_.pp_rank(), cfg_.log.straggler_ratio,
+    stragglers_ = std::make_unique<StragglerDetector>(*world_, stage_->grid().pp_rank(), cfg_.log.straggler_ratio,
                                                       cfg_.log.straggler_intervals);
   }
   print_start();
@@ -76,28 +68,30 @@ void Trainer::print(const std::string& line) const {
 
 void Trainer::print_start() {
   if (!planned_.fit_line.empty()) print(planned_.fit_line);
-  print(model_line(cfg_, model_->padded_vocab()));
-  const StageBytes bytes{static_cast<double>(model_->params().bytes()),
-                         static_cast<double>(optimizer_->state_bytes()),
-                         static_cast<double>(model_->activation_bytes())};
+  const GptModel& model = stage_->model();
+  print(model_line(cfg_, model.padded_vocab()));
+  const StageBytes bytes{static_cast<double>(model.params().bytes()),
+                         static_cast<double>(stage_->optimizer().state_bytes()),
+                         static_cast<double>(model.activation_bytes())};
   print(layout_line(cfg_, bytes, backend_.device().name(), peak_));
-  if (cfg_.parallel.pp > 1) print(pipeline_line(cfg_, plan_));
-  if (world_->size() > 1) print(placement_line(grid_));
+  if (cfg_.parallel.pp > 1) print(pipeline_line(cfg_, stage_->plan()));
+  if (world_->size() > 1) print(placement_line(stage_->grid()));
   print(data_->describe());
-  if (!faults_.empty()) print(faults_.describe());
+  if (!faults_.injected().empty()) print(faults_.injected().describe());
 }
 
 void Trainer::evaluate(StepMetrics& m) {
-  grad_sync_->wait_for_weights();  // the forward-only runs read every weight
+  stage_->grad_sync().wait_for_weights();  // the forward-only runs read every weight
+  const ProcessGroups& groups = stage_->groups();
   double mean = 0;
   for (ValidSet& set : data_->valid()) {
     set.batches->start_step(0);
     PipelineRun run;
     run.mode = PipelineMode::forward_only;
-    run.microbatches = plan_.eval_microbatches;
-    double sum = pipeline_->run(*set.batches, run);
-    sum = groups_.dp.all_reduce_scalar(sum, ReduceOp::sum);
-    sum = groups_.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it
+    run.microbatches = stage_->plan().eval_microbatches;
+    double sum = stage_->pipeline().run(*set.batches, run);
+    sum = groups.dp.all_reduce_scalar(sum, ReduceOp::sum);
+    sum = groups.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it
     const double loss = sum / static_cast<double>(cfg_.train.eval_batches *
                                                   cfg_.parallel.micro_batch * cfg_.model.context);
     m.val_losses.emplace_back(set.name, loss);
@@ -107,8 +101,9 @@ void Trainer::evaluate(StepMetrics& m) {
 }
 
 void Trainer::collect_comm_bytes(StepMetrics& m) {
-  m.comm_bytes = {{"tp", groups_.tp.bytes_sent()}, {"dp", groups_.dp.bytes_sent()},
-                  {"pp", groups_.pp.bytes_sent()}, {"embedding", groups_.embedding.bytes_sent()}};
+  const ProcessGroups& g = stage_->groups();
+  m.comm_bytes = {{"tp", g.tp.bytes_sent()}, {"dp", g.dp.bytes_sent()},
+                  {"pp", g.pp.bytes_sent()}, {"embedding", g.embedding.bytes_sent()}};
 }
 
 void Trainer::log_step(StepMetrics& m, bool interval) {
@@ -123,127 +118,106 @@ void Trainer::log_step(StepMetrics& m, bool interval) {
   }
 }
 
+namespace {
+// Denormal floats flushed to zero while the run's steps compute (they are slow on CPUs).
+struct FlushDenormals {
+  Backend& backend;
+  explicit FlushDenormals(Backend& b) : backend(b) { backend.set_flush_denormals(true); }
+  ~FlushDenormals() { backend.set_flush_denormals(false); }
+};
+}  // namespace
+
 TrainSummary Trainer::run() {
-  using clock = std::chrono::steady_clock;
-  struct DenormalScope {
-    Backend& b;
-    explicit DenormalScope(Backend& backend) : b(backend) { b.set_flush_denormals(true); }
-    ~DenormalScope() { b.set_flush_denormals(false); }
-  } denormals(backend_);
+  const FlushDenormals denormals(backend_);
+  const int64_t steps = cfg_.train.steps;
   TrainSummary summary;
-  const int64_t steps = cfg_.train.steps, seq = cfg_.model.context;
-  const int64_t pp = cfg_.parallel.pp;
-  const int64_t slow_ms = faults_.slow_ms(world_->rank());
-  double time_spent = 0;
-  int64_t steps_timed = 0;
-  double interval_compute_s = 0, interval_wait_s = 0;  // this rank's, for the straggler report
-  summary.first_step = step_ + 1;
-  summary.steps = step_;
-  for (int64_t step = step_ + 1; step <= steps;) {
-    const auto t0 = clock::now();
-    if (checkpointer_) checkpointer_->poll();
-    const int64_t batch = ramp_->at(consumed_tokens_);
-    const int64_t batch_tokens = batch * seq;
-    const double lr = lr_->at(consumed_tokens_ + batch_tokens);
-    const int64_t first_sample = consumed_samples_;
-    data_->train().start_step(first_sample);
-    if (cfg_.log.comm) {
-      for (Comm* c : {&groups_.tp, &groups_.dp, &groups_.pp, &groups_.embedding}) c->reset_bytes();
-    }
-    const int64_t micro_steps = batch / (cfg_.parallel.micro_batch * cfg_.parallel.dp);
-    if (cfg_.parallel.virtual_stages > 1 && micro_steps % pp != 0) {
-      throw UserError(fmt::format("step {}: {} microbatches (batch ramp-up) is not a multiple "
-                                  "of parallel.pp = {}, which interleaving needs",
-                                  step, micro_steps, pp));
-    }
-    StepRequest request{.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
-                        .grad_clip = cfg_.train.grad_clip};
-    // Every rank holds the same loss and grad norm here, so every rank decides alike.
-    AnomalyVerdict verdict;
-    request.apply_update = [this, &verdict](const StepResult& r) {
-      verdict = anomalies_.check(r.loss, r.grad_norm);
-      return !verdict.kind;
-    };
-    if (faults_.nan_in(first_sample, first_sample + batch)) {
-      request.before_grad_norm = [this](Tensor grads) { poison_with_nan(backend_, grads); };
-    }
-    ScrambledTargets scrambled(data_->train(), cfg_.model.vocab, cfg_.parallel.micro_batch * seq);
-    MicrobatchSource& source = faults_.spike_in(first_sample, first_sample + batch)
-                                   ? static_cast<MicrobatchSource&>(scrambled)
-                                   : data_->train();
-
-    const double wait_before = comm_wait_seconds();
-    const auto compute_start = clock::now();
-    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-    const StepResult r = train_step(*step_parts_, source, request);
-    const double waited = comm_wait_seconds() - wait_before;
-    interval_wait_s += waited;
-    interval_compute_s += std::chrono::duration<double>(clock::now() - compute_start).count() - waited;
-
-    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-    if (r.applied) {
-      anomalies_.accept(r.loss);
-      consumed_samples_ += batch;
-      consumed_tokens_ += batch_tokens;
-    }
-    time_spent += dt;
-    ++steps_timed;
-
-    StepMetrics m;
-    m.step = step;
-    m.total_steps = steps;
-    m.loss = r.loss;
-    m.lr = lr;
-    m.grad_norm = r.grad_norm;
-    m.global_batch = batch;
-    m.tokens = consumed_tokens_;
-    m.step_time_s = dt;
-    m.tokens_per_s = static_cast<double>(batch_tokens) / dt;
-    m.tflops_per_device = model_flops_per_iteration(cfg_.model, batch, seq) / dt /
-                          static_cast<double>(world_->size()) / 1e12;
-    m.mfu = m.tflops_per_device / peak_.tflops;
-    m.mem_peak_bytes = peak_rss_bytes();
-    m.eta_s = time_spent / static_cast<double>(steps_timed) * static_cast<double>(steps - step);
-    const bool interval = step % cfg_.log.every == 0 || step == steps || step == 1;
-    if (stragglers_ && step % cfg_.log.every == 0) {
-      m.ranks = stragglers_->gather(interval_compute_s, interval_wait_s);
-      interval_compute_s = interval_wait_s = 0;
-    }
-    if (!r.applied) {
-      // Stops (logged, then thrown), skips, or rewinds; m says which.
-      const int64_t next = handle_anomaly(m, verdict, first_sample, batch, summary);
-      if (next <= step) {  // a rewind: the steps from the checkpoint on run again
-        log_step(m, true);
-        step = next;
-        continue;
-      }
+  summary.first_step = progress_.step + 1;
+  summary.steps = progress_.step;
+  StepMeter meter(steps, world_->size(), peak_.tflops);
+  while (progress_.step < steps) {
+    const int64_t step = progress_.step + 1;
+    StepOutcome s = train_one_step(step, meter);
+    if (!s.result.applied && handle_anomaly(s, summary) == AfterAnomaly::rewound) {
+      log_step(s.metrics, true);
+      continue;  // the steps from the checkpoint on run again
     }
     if (cfg_.train.eval_every > 0 && (step % cfg_.train.eval_every == 0 || step == steps)) {
-      evaluate(m);
-      summary.final_val_loss = m.val_loss;
+      evaluate(s.metrics);
+      summary.final_val_loss = s.metrics.val_loss;
     }
-    if (cfg_.log.comm) collect_comm_bytes(m);
-    log_step(m, interval || m.val_loss.has_value());
-    summary.losses.push_back(r.loss);
-    summary.final_loss = r.loss;
-    summary.steps = step;
-    step_ = step;
-    if (checkpointer_ && checkpointer_->due(step, steps) && !save_checkpoint(step, lr, batch)) {
+    if (cfg_.log.comm) collect_comm_bytes(s.metrics);
+    const bool interval = step % cfg_.log.every == 0 || step == steps || step == 1;
+    log_step(s.metrics, interval || s.metrics.val_loss.has_value());
+    summary.record_step(step, s.result.loss);
+    progress_.step = step;
+    if (checkpointer_ && checkpointer_->due(step, steps) &&
+        !save_checkpoint(s.metrics.lr, s.batch)) {
       summary.stop_no_room = true;
       break;
     }
-    // Every rank stops after the same step: the first signal any of them got decides.
-    const int signal = static_cast<int>(
-        world_->all_reduce_scalar(static_cast<double>(stop_signal_received()), ReduceOp::max));
-    if (signal != 0 && step < steps) {
-      stop_for_signal(summary, signal, step, lr, batch);
-      break;
-    }
-    ++step;
+    if (stop_on_signal(summary, s.metrics.lr, s.batch)) break;
   }
+  finish_run(summary);
+  return summary;
+}
+
+Trainer::StepOutcome Trainer::train_one_step(int64_t step, StepMeter& meter) {
+  meter.start_step();
+  if (checkpointer_) checkpointer_->poll();
+  StepOutcome s;
+  s.batch = ramp_->at(progress_.consumed_tokens);
+  s.first_sample = progress_.consumed_samples;
+  const int64_t seq = cfg_.model.context, pp = cfg_.parallel.pp;
+  const int64_t batch_tokens = s.batch * seq;
+  const double lr = lr_->at(progress_.consumed_tokens + batch_tokens);
+  data_->train().start_step(s.first_sample);
+  if (cfg_.log.comm) {
+    const ProcessGroups& g = stage_->groups();
+    for (Comm* c : {&g.tp, &g.dp, &g.pp, &g.embedding}) c->reset_bytes();
+  }
+  const int64_t micro_steps = s.batch / (cfg_.parallel.micro_batch * cfg_.parallel.dp);
+  if (cfg_.parallel.virtual_stages > 1 && micro_steps % pp != 0) {
+    throw UserError(fmt::format("step {}: {} microbatches (batch ramp-up) is not a multiple "
+                                "of parallel.pp = {}, which interleaving needs",
+                                step, micro_steps, pp));
+  }
+  StepRequest request{.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
+                      .grad_clip = cfg_.train.grad_clip};
+  // Every rank holds the same loss and grad norm here, so every rank decides alike.
+  request.apply_update = [this, &s](const StepResult& r) {
+    s.verdict = anomalies_.check(r.loss, r.grad_norm);
+    return !s.verdict.kind;
+  };
+  MicrobatchSource& source =
+      faults_.apply(request, data_->train(), s.first_sample, s.first_sample + s.batch);
+  meter.start_compute();
+  faults_.slow_down();
+  s.result = train_step(*stage_, source, request);
+  meter.end_compute();
+  if (s.result.applied) {
+    anomalies_.accept(s.result.loss);
+    progress_.consumed_samples += s.batch;
+    progress_.consumed_tokens += batch_tokens;
+  }
+  StepMetrics& m = s.metrics;
+  m.step = step;
+  m.loss = s.result.loss;
+  m.lr = lr;
+  m.grad_norm = s.result.grad_norm;
+  m.global_batch = s.batch;
+  m.tokens = progress_.consumed_tokens;
+  meter.finish_step(m, batch_tokens, model_flops_per_iteration(cfg_.model, s.batch, seq));
+  if (stragglers_ && step % cfg_.log.every == 0) {
+    const auto [compute_s, wait_s] = meter.take_interval();
+    m.ranks = stragglers_->gather(compute_s, wait_s);
+  }
+  return s;
+}
+
+void Trainer::finish_run(TrainSummary& summary) {
   summary.anomalies = anomalies_.progress().skipped;
   if (checkpointer_) checkpointer_->wait();
-  grad_sync_->wait_for_weights();  // the model's weights are whole when run() returns
+  stage_->grad_sync().wait_for_weights();  // the model's weights are whole when run() returns
   // On a GPU: device memory in use (arenas are allocated once, so this is the peak) against
   // the plan's GPU model; on the CPU: the peak resident set against its CPU model.
   const bool on_gpu = backend_.device().kind() == Device::cuda;
@@ -258,7 +232,6 @@ TrainSummary Trainer::run() {
                     human_bytes(static_cast<double>(summary.measured_peak_bytes), 2),
                     100.0 * (static_cast<double>(summary.measured_peak_bytes) /
                                  summary.planned_bytes - 1.0)));
-  return summary;
 }
 
 }  // namespace jumbo

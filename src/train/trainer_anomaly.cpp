@@ -4,7 +4,6 @@
 // in the anomaly guard and saved with every checkpoint.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "jumbo/train/trainer.h"
@@ -20,9 +19,11 @@ std::string seen_text(AnomalyKind kind, double loss, double grad_norm) {
 
 }  // namespace
 
-int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
-                                int64_t first_sample, int64_t batch, TrainSummary& summary) {
+Trainer::AfterAnomaly Trainer::handle_anomaly(StepOutcome& s, TrainSummary& summary) {
   const TrainConfig& t = cfg_.train;
+  StepMetrics& m = s.metrics;
+  const AnomalyVerdict& verdict = s.verdict;
+  const int64_t first_sample = s.first_sample, batch = s.batch;
   const AnomalyKind kind = *verdict.kind;
   const int64_t step = m.step;
   StepAnomaly& a = m.anomaly.emplace();
@@ -47,7 +48,7 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
                           verdict.running_mean, t.spike_ratio)));
   }
 
-  int64_t next = step + 1;
+  AfterAnomaly after = AfterAnomaly::go_on;
   if (t.on_anomaly == AnomalyAction::rewind) {
     std::optional<Manifest> saved;
     if (checkpointer_) {
@@ -58,21 +59,19 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
       anomalies_.restore_running_mean(saved->progress.anomalies);
       // From the checkpoint's place in the data order: every batch through the anomalous one,
       // or train.rewind_skip_batches batches of the checkpoint's batch size.
-      skipped.first_sample = consumed_samples_;
+      skipped.first_sample = progress_.consumed_samples;
       skipped.end_sample = t.rewind_skip_batches == 0
                                ? first_sample + batch
-                               : consumed_samples_ + t.rewind_skip_batches * ramp_->at(consumed_tokens_);
-      skipped.rewound_to_step = step_;
-      next = step_ + 1;
-      const auto kept = static_cast<size_t>(std::max<int64_t>(0, step_ - summary.first_step + 1));
-      if (step_ < summary.first_step - 1) summary.first_step = step_ + 1;
-      summary.losses.resize(std::min(summary.losses.size(), kept));
-      summary.steps = step_;
+                               : progress_.consumed_samples +
+                                     t.rewind_skip_batches * ramp_->at(progress_.consumed_tokens);
+      skipped.rewound_to_step = progress_.step;
+      summary.rewind_to(progress_.step);
+      after = AfterAnomaly::rewound;
     } else {
       skipped.action = AnomalyAction::skip;  // nothing to go back to: the anomaly line says so
     }
   }
-  consumed_samples_ = skipped.end_sample;  // skipped samples move the data order, not the tokens
+  progress_.consumed_samples = skipped.end_sample;  // skipped samples move the data order, not the tokens
   a.recent = anomalies_.record(skipped);
   if (anomalies_.over_limit(a.recent)) {
     log_step(m, true);
@@ -84,7 +83,7 @@ int64_t Trainer::handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict,
         step, a.recent, t.anomaly_window, t.max_anomalies, seen_text(kind, m.loss, m.grad_norm),
         skipped.first_sample, skipped.end_sample - 1, t.lr));
   }
-  return next;
+  return after;
 }
 
 }  // namespace jumbo

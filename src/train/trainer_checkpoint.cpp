@@ -4,18 +4,19 @@
 
 #include "jumbo/plan/storage.h"
 #include "jumbo/train/checkpoint_io.h"
-#include "jumbo/train/stop_signal.h"
+#include "jumbo/runtime/stop_signal.h"
 #include "jumbo/train/trainer.h"
 
 namespace jumbo {
 
 bool Trainer::writes_checkpoint() const {
   // Data-parallel replicas hold copies; with ZeRO-1 each holds its own optimizer slice.
-  return grid_.dp_rank() == 0 || plan_.zero1;
+  return stage_->grid().dp_rank() == 0 || stage_->plan().zero1;
 }
 
 std::array<Tensor, 3> Trainer::saved_state() {
-  return {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+  const AdamW& o = stage_->optimizer();
+  return {o.master(), o.exp_avg(), o.exp_avg_sq()};
 }
 
 std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
@@ -32,8 +33,8 @@ std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
     backend_.to_host(staged_state_[i].data(), state[i]);
     host[i] = staged_state_[i].data();
   }
-  return optimizer_state_pieces(model_->params(), plan_.optimizer_ranges,
-                                {host[0], optimizer_->master_index()}, host[1], host[2], use);
+  return optimizer_state_pieces(stage_->model().params(), stage_->plan().optimizer_ranges,
+                                {host[0], stage_->optimizer().master_index()}, host[1], host[2], use);
 }
 
 void Trainer::upload_staged_state() {
@@ -45,7 +46,8 @@ void Trainer::upload_staged_state() {
   backend_.stream().synchronize();
 }
 
-bool Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
+bool Trainer::save_checkpoint(double lr, int64_t batch) {
+  const int64_t step = progress_.step;
   // Room for it first: a save that cannot fit would only fail half-way (ENOSPC) after
   // writing most of a checkpoint. Every rank gets rank 0's verdict.
   if (const Checkpointer::Room room = checkpointer_->check_room(); !room.enough) {
@@ -61,16 +63,14 @@ bool Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   }
   Manifest header;
   CheckpointProgress& p = header.progress;
-  p.step = step;
-  p.consumed_samples = consumed_samples_;
-  p.consumed_tokens = consumed_tokens_;
-  p.optimizer_steps = optimizer_->steps_taken();
+  progress_.save_into(p);
+  p.optimizer_steps = stage_->optimizer().steps_taken();
   p.seed = cfg_.train.seed;
   p.lr = lr;
   p.global_batch = batch;
   header.model = cfg_.model;
   header.layout = cfg_.parallel;
-  header.layout.stage_layers = plan_.layers.per_stage;
+  header.layout.stage_layers = stage_->plan().layers.per_stage;
   header.precision = cfg_.train.precision;
   header.data_train = cfg_.data.train;
   header.tokenizer = cfg_.data.tokenizer;
@@ -78,7 +78,7 @@ bool Trainer::save_checkpoint(int64_t step, double lr, int64_t batch) {
   p.anomalies = anomalies_.progress();
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
-                      writer, shard_file_name(grid_.coords()));
+                      writer, shard_file_name(stage_->grid().coords()));
   return true;
 }
 
@@ -102,20 +102,20 @@ void Trainer::check_checkpoint_room_at_start() {
 
 void Trainer::restore_loaded_state(const Manifest& m) {
   upload_staged_state();
-  if (cfg_.parallel.dp > 1 && !plan_.zero1) {
+  AdamW& optimizer = stage_->optimizer();
+  if (cfg_.parallel.dp > 1 && !stage_->plan().zero1) {
     // dp rank 0 read the state; its replicas receive it over the data-parallel group.
-    groups_.dp.broadcast(optimizer_->master(), 0);
-    groups_.dp.broadcast(optimizer_->exp_avg(), 0);
-    groups_.dp.broadcast(optimizer_->exp_avg_sq(), 0);
+    Comm& dp = stage_->groups().dp;
+    dp.broadcast(optimizer.master(), 0);
+    dp.broadcast(optimizer.exp_avg(), 0);
+    dp.broadcast(optimizer.exp_avg_sq(), 0);
   }
-  optimizer_->write_weights();
+  optimizer.write_weights();
   // ZeRO-1: each rank read only its shards; the weights of the others come from them.
-  grad_sync_->start_weight_gather();
-  grad_sync_->wait_for_weights();
-  optimizer_->set_steps_taken(m.progress.optimizer_steps);
-  step_ = m.progress.step;
-  consumed_samples_ = m.progress.consumed_samples;
-  consumed_tokens_ = m.progress.consumed_tokens;
+  stage_->grad_sync().start_weight_gather();
+  stage_->grad_sync().wait_for_weights();
+  optimizer.set_steps_taken(m.progress.optimizer_steps);
+  progress_ = RunProgress::saved_in(m.progress);
 }
 
 void Trainer::resume_from_checkpoint() {
@@ -131,17 +131,21 @@ void Trainer::resume_from_checkpoint() {
   if (!m->data_train.empty() && !(m->data_train == cfg_.data.train)) {
     print(fmt::format("checkpoint: trained on data.train = \"{}\", this run blends \"{}\": the "
                       "sample index continues at {} in the new mixture",
-                      m->data_train.describe(), cfg_.data.train.describe(), consumed_samples_));
+                      m->data_train.describe(), cfg_.data.train.describe(), progress_.consumed_samples));
   }
 }
 
-void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr,
-                              int64_t batch) {
+bool Trainer::stop_on_signal(TrainSummary& summary, double lr, int64_t batch) {
+  // Every rank stops after the same step: the first signal any of them got decides.
+  const int signal = static_cast<int>(
+      world_->all_reduce_scalar(static_cast<double>(stop_signal_received()), ReduceOp::max));
+  const int64_t step = progress_.step;
+  if (signal == 0 || step >= cfg_.train.steps) return false;
   summary.stop_signal = signal;
   if (checkpointer_ && !cfg_.checkpoint.dir.empty()) {
-    if (!checkpointer_->due(step, cfg_.train.steps) && !save_checkpoint(step, lr, batch)) {
+    if (!checkpointer_->due(step, cfg_.train.steps) && !save_checkpoint(lr, batch)) {
       summary.stop_no_room = true;  // the line is printed; the newest checkpoint is kept
-      return;
+      return true;
     }
     checkpointer_->wait();
     summary.stop_saved = true;
@@ -154,6 +158,7 @@ void Trainer::stop_for_signal(TrainSummary& summary, int signal, int64_t step, d
                       "saved",
                       step, cfg_.train.steps, stop_signal_name(signal)));
   }
+  return true;
 }
 
 }  // namespace jumbo

@@ -10,6 +10,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/train/step.h"
+#include "jumbo/train/train_stage.h"
 
 namespace jumbo::gputest {
 namespace {
@@ -44,13 +45,14 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   layout.device = backend.device().kind();
   TrainConfig tc;
   tc.precision = precision;
-  SoloStep solo(m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, tc, backend,
-                1234);
+  tc.seed = 1234;
+  TrainStage solo = solo_train_stage(
+      m, layout, {.global_batch = 4, .seq = 128, .precision = precision}, tc, backend);
   FixedBatches source(2 * 128, static_cast<int32_t>(m.vocab));
   StepsRun run;
   for (int s = 0; s < 3; ++s) {
     const StepResult r = train_step(
-        solo.parts(), source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
+        solo, source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
   }
@@ -58,7 +60,7 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   for (int i = 0; i < static_cast<int>(ps.size()); ++i) {
     if (ps.info(i).name != "layers.0.attn.qkv.weight") continue;
     // One rank: the optimizer's master is whole and in flat order, in either precision.
-    const Tensor w = solo.parts().optimizer.master().rows(ps.info(i).flat_offset, ps.info(i).numel());
+    const Tensor w = solo.optimizer().master().rows(ps.info(i).flat_offset, ps.info(i).numel());
     std::vector<float> host(static_cast<size_t>(w.numel()));
     backend.to_host(host.data(), w);
     run.weights.assign(host.begin(), host.end());

@@ -8,7 +8,7 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/parallel/stage_plan.h"
-#include "jumbo/train/device.h"
+#include "jumbo/runtime/device.h"
 
 namespace jumbo {
 namespace {

@@ -31,6 +31,10 @@ Subcommands (each exits 1 with one FAIL line per problem):
   per-item DIR --per-item OUT.jsonl --items N
       each continuation's log-likelihood and each item's prediction, recomputed
       from the directory, against `jumbo eval --per-item`.
+  greedy DIR --per-item OUT.jsonl --generated GEN.jsonl
+      the tokens `jumbo generate --json` chose greedily (its KV-cache decoder) for each item's
+      context, against the argmax of this full forward after the same prefix: cached
+      decoding checked against a reading that shares no code with it.
 """
 import argparse
 import json
@@ -283,6 +287,37 @@ def check_per_item(a):
     if compared == 0 or control_misses < compared / 2:
         fail("the comparison cannot tell the q/k/v orders apart (too little trained?)")
 
+def check_greedy(a):
+    model = GPT2(a.dir)
+    items = [json.loads(x) for x in open(a.per_item) if x.strip()]
+    generated = [json.loads(x) for x in open(a.generated) if x.strip()]
+    if len(generated) != len(items):
+        fail(f"{a.generated}: {len(generated)} lines, expected one per item ({len(items)})")
+        return
+    compared, ties = 0, 0
+    for item, gen in zip(items, generated):
+        ids = list(item["context_tokens"])  # EOS + the context: what generate's prompt encodes
+        for k, chosen in enumerate(gen["tokens"]):
+            if len(ids) >= model.cfg["n_positions"]:
+                break
+            logp = model.logits(ids).log_softmax(dim=-1)[-1]
+            best = int(torch.argmax(logp))
+            if chosen != best:
+                # float32 against float64: a near tie may go either way, and the texts part there.
+                if logp[best] - logp[chosen] < 1e-4:
+                    ties += 1
+                    break
+                fail(f"item {item['index']} new token {k}: jumbo generate chose {chosen} "
+                     f"(log p {logp[chosen]:.4f}), the full forward's argmax is {best} "
+                     f"(log p {logp[best]:.4f})")
+                break
+            ids.append(chosen)
+            compared += 1
+    print(f"greedy: {compared} tokens of jumbo generate's cached decoding equal the full "
+          f"forward's argmax over {len(items)} prompts ({ties} near ties ended a comparison)")
+    if compared < 2 * len(items):
+        fail("too few tokens compared to check the decoder")
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -310,10 +345,14 @@ def main():
     pi.add_argument("dir")
     pi.add_argument("--per-item", required=True)
     pi.add_argument("--items", type=int, required=True)
+    gr = sub.add_parser("greedy")
+    gr.add_argument("dir")
+    gr.add_argument("--per-item", required=True)
+    gr.add_argument("--generated", required=True)
     a = ap.parse_args()
     torch.set_num_threads(2)
     {"layout": check_layout, "bf16": check_bf16, "same": check_same, "loss": check_loss,
-     "per-item": check_per_item}[a.cmd](a)
+     "per-item": check_per_item, "greedy": check_greedy}[a.cmd](a)
     sys.exit(1 if failures else 0)
 
 

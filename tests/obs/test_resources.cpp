@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "jumbo/obs/memory.h"
-#include "jumbo/obs/peak.h"
+#include "jumbo/runtime/peak.h"
 
 TEST(Peak, MeasuredFp32PeakIsPlausible) {
   const double gflops = jumbo::measure_fp32_peak_gflops(0.2);

@@ -11,7 +11,7 @@
 #include "../data/data_test_support.h"
 #include "jumbo/train/anomaly.h"
 #include "jumbo/train/fault_injection.h"
-#include "tiny_run.h"
+#include "train_test_support.h"
 
 namespace jumbo {
 namespace {

@@ -13,7 +13,7 @@
 #include "jumbo/data/prepare.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/train/trainer.h"
-#include "tiny_run.h"
+#include "train_test_support.h"
 
 namespace jumbo {
 namespace {

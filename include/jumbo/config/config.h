@@ -2,6 +2,7 @@
 // Run configuration: one struct per TOML section, validated in one place (validate.cpp).
 // Defaults are GPT-3's published values (Brown et al. 2020, table 2.1 and appendix B).
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -190,6 +191,14 @@ struct RunConfig {
   LogConfig log;
   CommConfig comm;
 };
+
+// A config enum's value by name, from the one table its config key reads too (Precision,
+// Recompute, Device, AnomalyAction, ExpectNetwork): for the CLI's flags. choice_names<E>()
+// lists them for an error: "fp32 or bf16".
+template <typename E>
+std::optional<E> parse_choice(std::string_view name);
+template <typename E>
+std::string choice_names();
 
 // Reads a run config TOML file, applies `section.key=value` overrides, validates.
 // Throws UserError with one line on any mistake.

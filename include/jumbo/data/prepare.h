@@ -8,14 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "jumbo/data/bad_documents.h"
 #include "jumbo/data/indexed_dataset.h"
 
 namespace jumbo {
 
 class Comm;
-
-// What a bad document (a line that is not JSON, no text key, invalid UTF-8) does.
-enum class BadDocuments { fail, skip };
 
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files or glob patterns ('corpus/*.jsonl'); .jsonl: one

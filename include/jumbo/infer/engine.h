@@ -12,11 +12,11 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
-#include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
 #include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/infer/sampling.h"
 #include "jumbo/model/decoder.h"
+#include "jumbo/parallel/rank_stage.h"
 
 namespace jumbo {
 
@@ -66,7 +66,7 @@ class GenerationEngine {
   const DecodeShape& shape() const { return decoder_->shape(); }
   int64_t sampled_vocab() const { return opts_.sampled_vocab; }
   GptDecoder& decoder() { return *decoder_; }
-  Grid& grid() { return grid_; }
+  Grid& grid() { return stage_.grid(); }
 
  private:
   // Runs a step every rank has; returns the picks on every rank.
@@ -79,7 +79,7 @@ class GenerationEngine {
   Layout layout_;  // tp x pp, checked against the model and the world
   Backend& backend_;
   std::shared_ptr<Comm> world_;
-  Grid grid_;
+  RankStage stage_;  // the grid, groups and stage plan, as training builds them
   std::unique_ptr<GptDecoder> decoder_;
   Tensor gathered_;                  // [tp, sampled, vocab slice] on the last stage
   std::vector<float> host_logits_;   // its host copy

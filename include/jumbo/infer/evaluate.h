@@ -11,12 +11,11 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
-#include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
 #include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/parallel/pipeline_runner.h"
-#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/parallel/rank_stage.h"
 
 namespace jumbo {
 
@@ -62,10 +61,10 @@ class Evaluator {
   // losses of its scored targets, in order.
   void score(const WindowSource& source,
              const std::function<void(int64_t, std::span<const float>)>& scored);
-  Grid& grid() { return grid_; }
+  Grid& grid() { return stage_.grid(); }
   Comm& world() { return *world_; }
   // Whether this rank receives `scored` calls.
-  bool holds_results() const { return grid_.last_stage() && grid_.tp_rank() == 0; }
+  bool holds_results() const { return stage_.grid().last_stage() && stage_.grid().tp_rank() == 0; }
   int64_t seq() const { return seq_; }
 
  private:
@@ -75,9 +74,8 @@ class Evaluator {
   int64_t seq_;
   Backend& backend_;
   std::shared_ptr<Comm> world_;
-  Grid grid_;
-  StagePlan plan_;
   int64_t microbatches_per_run_;
+  RankStage stage_;  // the grid, groups and stage plan: the forward half of training's
   std::unique_ptr<GptModel> gpt_;
   std::unique_ptr<PipelineRunner> runner_;
 };

@@ -20,8 +20,8 @@ struct CheckpointOptions {
   std::string checkpoint;  // --checkpoint: a step directory or a root with `latest`
   std::string tokenizer;   // --tokenizer: default the checkpoint's data.tokenizer
   int64_t tp = 1, pp = 1;  // --tp, --pp: any layout, whatever the checkpoint was saved in
-  std::string device = "cpu";     // --device: cpu or cuda
-  std::string precision;          // --precision: fp32 or bf16; default the checkpoint's
+  Device device = Device::cpu;          // --device
+  std::optional<Precision> precision;  // --precision; default the checkpoint's
 };
 
 struct OpenedCheckpoint {

@@ -14,6 +14,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/model/gpt.h"
+#include "jumbo/model/layer.h"
 #include "jumbo/model/params.h"
 
 namespace jumbo {
@@ -55,9 +56,6 @@ class GptDecoder {
 
  private:
   void layout_step(Arena& arena);
-  // One layer over the step's n rows; picked >= 0: after the attention only the `picked`
-  // rows listed in picked_rows_ go on (the last layer of the last stage), in picked_.
-  void block(const GptLayerParams& p, Tensor k_cache, Tensor v_cache, int64_t n, int64_t picked);
 
   ModelConfig cfg_;
   GptOptions opts_;

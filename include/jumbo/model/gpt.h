@@ -18,6 +18,7 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
+#include "jumbo/model/layer.h"
 #include "jumbo/model/params.h"
 
 namespace jumbo {
@@ -61,9 +62,6 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
 
 // Where each parameter of a stage sits in gpt_stage_params' order (the ParamStore index),
 // for the training model and the decoder alike.
-struct GptLayerParams {
-  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-};
 struct GptParamIndex {
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // -1: not on this stage
   std::vector<GptLayerParams> layers;                // this stage's layers, chunk after chunk
@@ -137,12 +135,7 @@ class GptModel {
 
  private:
   using LayerParams = GptLayerParams;
-  struct LayerActs {
-    // ln1, ln2 and the residuals are this rank's part of the sequence; ln1_full and ln2_full
-    // the gathered inputs of the column-parallel layers (the same tensors without SP).
-    Tensor ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
-        ln2_mean, ln2_rstd, fch, fch_gelu, residual3;
-  };
+  using LayerActs = LayerTensors;  // input: the previous layer's residual3 (or encoded)
   // Forward state of one microbatch in flight.
   struct Slot {
     Tensor tokens, targets, encoded, dinput;
@@ -152,20 +145,18 @@ class GptModel {
 
   void register_params();
   void layout_activations(Arena& arena);
-  void block_forward(LayerActs& a, const LayerParams& p, Tensor input);
-  void block_backward(LayerActs& a, const LayerParams& p, Tensor input);
+  LayerContext layer_context() { return {backend_, region_, params_, opts_.layernorm_eps}; }
+  void block_backward(LayerActs& a, const LayerParams& p);
   void head_forward(Slot& s, Tensor x);
   void head_backward(Slot& s, Tensor x, float loss_scale);
-  // A partial sum over the full sequence [B, S, C] into this rank's part: all-reduce in place
-  // (part is full) or, with sequence parallelism, reduce-scatter along the sequence.
-  void reduce_to_part(Tensor full, Tensor part);
-  // This rank's part into the full sequence from every rank's part (nothing without SP).
-  void gather_sequence(Tensor part, Tensor full);
 
   ModelConfig cfg_;
   GptOptions opts_;
   Backend& backend_;
   Comm& tp_;
+  // Gathers and reductions along the sequence with SP, plain all-reduces without.
+  TensorParallelRegion region_;
+  CausalAttention causal_;
   int64_t tp_rank_, tp_size_;
   int64_t vocab_padded_, vocab_local_, vocab_start_;
   int64_t vocab_valid_;  // columns of this rank's slice below model.vocab (the rest is padding)

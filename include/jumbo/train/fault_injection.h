@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "jumbo/backend/backend.h"
 #include "jumbo/parallel/pipeline_runner.h"
+#include "jumbo/train/step.h"
 
 namespace jumbo {
 
@@ -49,5 +52,26 @@ class ScrambledTargets final : public MicrobatchSource {
 
 // Writes NaN into the first gradient element (nan@SAMPLE), on the device the gradients are on.
 void poison_with_nan(Backend& backend, Tensor grads);
+
+// A run's faults as decorations of its steps, so the step loop carries no test branches: the
+// request of a step whose batch a fault hits gets the NaN hook, its batch source the scrambled
+// targets, and this rank's compute its extra milliseconds.
+class StepFaults {
+ public:
+  StepFaults(FaultInjection faults, Backend& backend, int world_rank, int64_t vocab,
+             int64_t tokens_per_microbatch);
+  // The step over data-order samples [first, end): decorates `request`; returns the source
+  // the step reads (`source`, or its scrambling, valid until the next call).
+  MicrobatchSource& apply(StepRequest& request, MicrobatchSource& source, int64_t first,
+                          int64_t end);
+  void slow_down() const;  // inside the step's compute time (slow@RANK)
+  const FaultInjection& injected() const { return faults_; }
+
+ private:
+  FaultInjection faults_;
+  Backend& backend_;
+  int64_t slow_ms_, vocab_, tokens_;
+  std::optional<ScrambledTargets> scrambled_;
+};
 
 }  // namespace jumbo

@@ -1,28 +1,15 @@
 #pragma once
 // One optimizer step: the stage's microbatches through the pipeline runner (forward and
 // backward, gradients accumulating), the gradient sync overlapped with the last backward,
-// the global grad norm, clipping, AdamW, and (ZeRO-1) the weight all-gather. Shared by the
-// trainer and `jumbo bench train`.
+// the global grad norm, clipping, AdamW, and (ZeRO-1) the weight all-gather, on a rank's
+// TrainStage. Shared by the trainer, `jumbo bench train` and the GPU step test.
 #include <cstdint>
 #include <functional>
 
-#include "jumbo/comm/grid.h"
-#include "jumbo/model/gpt.h"
-#include "jumbo/parallel/groups.h"
 #include "jumbo/parallel/pipeline_runner.h"
-#include "jumbo/train/grad_sync.h"
-#include "jumbo/train/optimizer.h"
+#include "jumbo/train/train_stage.h"
 
 namespace jumbo {
-
-// What a step works on, built once by its owner.
-struct StepParts {
-  GptModel& model;
-  PipelineRunner& pipeline;
-  GradSync& grad_sync;
-  AdamW& optimizer;
-  const ProcessGroups& groups;
-};
 
 struct StepResult {
   double loss = 0;       // mean per-token loss over the step's global batch
@@ -45,27 +32,6 @@ struct StepRequest {
 };
 
 // Does not update when the loss or the norm is not finite, or apply_update says no.
-StepResult train_step(const StepParts& parts, MicrobatchSource& source, const StepRequest& request);
-
-// The parts of a step on one rank alone, built and owned as the trainer builds its own: for
-// `jumbo bench train` and the tests that run the training step without a Trainer.
-// `layout` has tp = pp = dp = 1 (its micro batch and device count).
-class SoloStep {
- public:
-  SoloStep(const ModelConfig& model, const Layout& layout, const StepShape& shape,
-           const TrainConfig& train, Backend& backend, uint64_t seed);
-  const StepParts& parts() const { return parts_; }
-  GptModel& model() { return model_; }
-
- private:
-  StagePlan plan_;
-  Grid grid_;
-  ProcessGroups groups_;
-  GptModel model_;
-  AdamW optimizer_;
-  GradSync grad_sync_;
-  PipelineRunner pipeline_;
-  StepParts parts_;
-};
+StepResult train_step(TrainStage& stage, MicrobatchSource& source, const StepRequest& request);
 
 }  // namespace jumbo

@@ -1,7 +1,8 @@
 #pragma once
-// Trainer: the step loop of one run, composed of the parts below it — the validated layout's
-// grid and process groups, this rank's stage plan, the data, the model stage, the gradient
-// sync, AdamW, the pipeline runner, the schedules, metrics and checkpoints.
+// Trainer: the step loop of one run, composed of the parts below it — the data, this rank's
+// TrainStage (grid, process groups, stage plan, model stage, gradient sync, AdamW, pipeline
+// runner), the schedules, metrics and checkpoints.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -17,19 +18,17 @@
 #include "jumbo/model/gpt.h"
 #include "jumbo/obs/emf.h"
 #include "jumbo/obs/metrics.h"
-#include "jumbo/parallel/groups.h"
-#include "jumbo/parallel/pipeline_runner.h"
-#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/obs/step_meter.h"
 #include "jumbo/obs/stragglers.h"
 #include "jumbo/train/anomaly.h"
 #include "jumbo/train/checkpoint_io.h"
 #include "jumbo/train/fault_injection.h"
-#include "jumbo/train/grad_sync.h"
-#include "jumbo/train/optimizer.h"
 #include "jumbo/train/run_data.h"
+#include "jumbo/train/run_progress.h"
 #include "jumbo/train/run_report.h"
 #include "jumbo/train/schedule.h"
 #include "jumbo/train/step.h"
+#include "jumbo/train/train_stage.h"
 
 namespace jumbo {
 
@@ -49,6 +48,19 @@ struct TrainSummary {
   // Peak resident memory, the largest over the ranks, and the plan's estimate (fullest stage).
   uint64_t measured_peak_bytes = 0;
   double planned_bytes = 0;
+
+  void record_step(int64_t step, double loss) {
+    losses.push_back(loss);
+    final_loss = loss;
+    steps = step;
+  }
+  // A rewind to a checkpoint's `step`: the steps after it are undone.
+  void rewind_to(int64_t step) {
+    const auto kept = static_cast<size_t>(std::max<int64_t>(0, step - first_step + 1));
+    if (step < first_step - 1) first_step = step + 1;
+    losses.resize(std::min(losses.size(), kept));
+    steps = step;
+  }
 };
 
 class Trainer {
@@ -61,11 +73,20 @@ class Trainer {
   // Mean per-token loss over eval_batches microbatches of each set of data.valid into
   // m.val_losses, and their data.valid-weighted mean into m.val_loss.
   void evaluate(StepMetrics& m);
-  GptModel& model() { return *model_; }
-  const AdamW& optimizer() const { return *optimizer_; }
-  Grid& grid() { return grid_; }
+  GptModel& model() { return stage_->model(); }
+  const AdamW& optimizer() const { return stage_->optimizer(); }
+  Grid& grid() { return stage_->grid(); }
 
  private:
+  // One step from its data to its metrics; the step that `progress_` is at + 1.
+  struct StepOutcome {
+    StepMetrics metrics;
+    StepResult result;
+    AnomalyVerdict verdict;
+    int64_t first_sample = 0, batch = 0;  // its samples: [first_sample, first_sample + batch)
+  };
+  StepOutcome train_one_step(int64_t step, StepMeter& meter);
+  void finish_run(TrainSummary& summary);  // waits for saves and weights; the memory report
   void print(const std::string& line) const;
   void print_start();
   void collect_comm_bytes(StepMetrics& m);
@@ -75,36 +96,31 @@ class Trainer {
   void upload_staged_state();  // after a load into the host copies of device state
   std::array<Tensor, 3> saved_state();  // master, Adam m, Adam v: what a checkpoint holds
   bool writes_checkpoint() const;
-  // Collective. False, with the line printed, when checkpoint.dir has no room for it: nothing
-  // was written and the run stops (summary.stop_no_room).
-  bool save_checkpoint(int64_t step, double lr, int64_t batch);
+  // Collective: a checkpoint of progress_ (lr and batch: its last step's). False, with the
+  // line printed, when checkpoint.dir has no room for it: nothing was written and the run
+  // stops (summary.stop_no_room).
+  bool save_checkpoint(double lr, int64_t batch);
   // Collective, before the resume: refuses a checkpoint.dir without room for one checkpoint.
   void check_checkpoint_room_at_start();
   void resume_from_checkpoint();
-  // After a load into checkpoint_pieces(load): the state everywhere, the counters of `m`.
+  // After a load into checkpoint_pieces(load): the state everywhere, progress_ from `m`.
   void restore_loaded_state(const Manifest& m);
-  // An anomalous step (trainer_anomaly.cpp): records it in the guard and in m, and acts on
-  // train.on_anomaly; logs and throws UserError to stop (stop, or over train.max_anomalies).
-  // Returns the step the run goes on from: the next, or after a rewind the checkpoint's + 1.
-  int64_t handle_anomaly(StepMetrics& m, const AnomalyVerdict& verdict, int64_t first_sample,
-                         int64_t batch, TrainSummary& summary);
+  // An anomalous step (trainer_anomaly.cpp): records it in the guard and in its metrics, and
+  // acts on train.on_anomaly; logs and throws UserError to stop (stop, or over
+  // train.max_anomalies). A rewind restores progress_ to the newest checkpoint before it.
+  enum class AfterAnomaly { go_on, rewound };
+  AfterAnomaly handle_anomaly(StepOutcome& s, TrainSummary& summary);
   void log_step(StepMetrics& m, bool interval);  // JSON line, human line, EMF
-  // After a stop signal: save (unless this step was just saved), wait, and report.
-  void stop_for_signal(TrainSummary& summary, int signal, int64_t step, double lr, int64_t batch);
+  // Collective, after progress_.step: true when a rank got a stop signal (the first decides)
+  // before the last step; then saves (unless this step was just saved), waits, and reports.
+  bool stop_on_signal(TrainSummary& summary, double lr, int64_t batch);
 
   RunConfig cfg_;  // validated for the world: cfg_.parallel is the run's layout
   Backend& backend_;
   std::shared_ptr<Comm> world_;
-  Grid grid_;
-  ProcessGroups groups_;
-  StagePlan plan_;
   PlannedMemory planned_;
   std::unique_ptr<RunData> data_;
-  std::unique_ptr<GptModel> model_;
-  std::unique_ptr<GradSync> grad_sync_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<PipelineRunner> pipeline_;
-  std::unique_ptr<StepParts> step_parts_;
+  std::unique_ptr<TrainStage> stage_;  // built after the data: a mismatch fails before allocation
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchRamp> ramp_;
   std::unique_ptr<MetricsLog> metrics_;
@@ -113,11 +129,9 @@ class Trainer {
   std::array<std::vector<float>, 3> staged_state_;  // master, m, v (device runs, checkpoints)
   std::unique_ptr<Checkpointer> checkpointer_;
   AnomalyGuard anomalies_;
-  FaultInjection faults_;
+  StepFaults faults_;
   std::unique_ptr<StragglerDetector> stragglers_;  // runs of several ranks
-  // Where training stands (restored by a resume). consumed_samples_ is the position in the
-  // data order (skipped samples included); consumed_tokens_ counts the tokens trained on.
-  int64_t step_ = 0, consumed_samples_ = 0, consumed_tokens_ = 0;
+  RunProgress progress_;  // saved by every checkpoint, restored by a resume or a rewind
 };
 
 }  // namespace jumbo

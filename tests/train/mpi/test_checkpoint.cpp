@@ -13,7 +13,7 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/ckpt/manifest.h"
-#include "jumbo/train/convert.h"
+#include "jumbo/train/reshard.h"
 #include "jumbo/train/trainer.h"
 
 namespace jumbo {
@@ -119,7 +119,7 @@ TEST(Checkpoint, ConvertedCheckpointLoadsLikeTheOriginal) {
   target.dp = 2;
   target.zero1 = true;
   target.bucket_size = 3000;  // several buckets: ZeRO-1 cuts tensors into element ranges
-  convert_checkpoint(original, converted, target, *w, {});
+  reshard_checkpoint(original, converted, target, *w, {});
   if (w->rank() == 0) {
     std::ifstream f(fs::path(converted) / "step_00000005" / "manifest.json");
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -12,7 +12,7 @@
 
 namespace jumbo {
 
-struct ConvertStats {
+struct ReshardStats {
   int64_t files = 0;  // written by this process
   int64_t bytes = 0;
 };
@@ -23,7 +23,7 @@ struct ConvertStats {
 // root; `dst_root` a directory or s3:// prefix that receives step_N/. `layout` is the target
 // (tp, pp, dp, ZeRO-1, virtual stages, bucket size), checked against the checkpoint's model
 // with the run config's rules (its mistakes named as the --tp ... flags).
-ConvertStats convert_checkpoint(const std::string& src, const std::string& dst_root,
+ReshardStats reshard_checkpoint(const std::string& src, const std::string& dst_root,
                                 const Layout& layout, Comm& world, const S3Options& s3);
 
 }  // namespace jumbo

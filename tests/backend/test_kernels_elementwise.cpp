@@ -11,7 +11,7 @@
 #include <random>
 
 #include "jumbo/backend/bf16.h"
-#include "kernel_test_util.h"
+#include "backend_test_support.h"
 
 namespace jumbo::test {
 namespace {

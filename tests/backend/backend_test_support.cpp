@@ -1,4 +1,4 @@
-#include "kernel_test_util.h"
+#include "backend_test_support.h"
 
 #include <cmath>
 #include <cstdio>

@@ -4,7 +4,7 @@
 // "+=" outputs are pre-filled with random values so accumulation is checked.
 #include <gtest/gtest.h>
 
-#include "kernel_test_util.h"
+#include "backend_test_support.h"
 
 namespace jumbo::test {
 namespace {

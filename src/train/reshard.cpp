@@ -1,4 +1,4 @@
-#include "jumbo/train/convert.h"
+#include "jumbo/train/reshard.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "jumbo/train/checkpoint_io.h"
 
 namespace jumbo {
-ConvertStats convert_checkpoint(const std::string& src, const std::string& dst_root,
+ReshardStats reshard_checkpoint(const std::string& src, const std::string& dst_root,
                                 const Layout& layout, Comm& world, const S3Options& s3) {
   // Every process reads the manifest itself: it is small next to the shards.
   ResolvedCheckpoint in = resolve_checkpoint(src, s3);
@@ -20,7 +20,7 @@ ConvertStats convert_checkpoint(const std::string& src, const std::string& dst_r
   std::unique_ptr<Storage> out = open_storage(dst_root, s3);
   const std::string dir = checkpoint_dir_name(source.progress.step);
 
-  ConvertStats stats;
+  ReshardStats stats;
   std::string records;  // this process's file records, one JSON per line
   const int64_t positions = layout.tp * layout.pp * layout.dp;
   for (int64_t rank = world.rank(); rank < positions; rank += world.size()) {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "kernel_test_util.h"
+#include "backend_test_support.h"
 
 namespace jumbo::test {
 namespace {

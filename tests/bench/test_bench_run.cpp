@@ -9,7 +9,7 @@
 
 #include "jumbo/config/gpus.h"
 #include "jumbo/plan/search.h"
-#include "jumbo/train/bench.h"
+#include "jumbo/bench/bench.h"
 
 namespace jumbo {
 namespace {

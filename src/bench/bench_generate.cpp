@@ -1,4 +1,4 @@
-#include "jumbo/infer/bench_generate.h"
+#include "jumbo/bench/bench_generate.h"
 
 #include <fmt/format.h>
 #include <omp.h>

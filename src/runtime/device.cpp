@@ -1,4 +1,4 @@
-#include "jumbo/train/device.h"
+#include "jumbo/runtime/device.h"
 
 #include <fmt/format.h>
 

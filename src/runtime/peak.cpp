@@ -1,6 +1,6 @@
 // This machine's fp32 FMA ceiling, measured: every OpenMP thread runs a chain-free FMA loop
 // whose operands never leave registers, so the only limit is FMA throughput.
-#include "jumbo/obs/peak.h"
+#include "jumbo/runtime/peak.h"
 
 #include <chrono>
 #include <cstdint>

@@ -15,7 +15,7 @@
 #include "jumbo/ckpt/s3_client.h"
 #include "jumbo/ckpt/storage.h"
 #include "jumbo/config/config.h"
-#include "s3_test_support.h"
+#include "ckpt_test_support.h"
 
 namespace jumbo {
 namespace {

@@ -1,28 +1,24 @@
-#include "jumbo/train/bench.h"
+#include "jumbo/bench/bench.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "jumbo/comm/comm.h"
-#include "jumbo/comm/grid.h"
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/model/flops.h"
-#include "jumbo/model/gpt.h"
 #include "jumbo/model/init.h"
-#include "jumbo/obs/peak.h"
-#include "jumbo/parallel/groups.h"
-#include "jumbo/parallel/pipeline_runner.h"
-#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/runtime/peak.h"
+#include "jumbo/parallel/rank_stage.h"
 #include "jumbo/plan/search.h"
-#include "jumbo/train/grad_sync.h"
-#include "jumbo/train/optimizer.h"
-#include "jumbo/train/device.h"
+#include "jumbo/runtime/device.h"
 #include "jumbo/train/step.h"
+#include "jumbo/train/train_stage.h"
 
 namespace jumbo {
 namespace {
@@ -60,7 +56,9 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   layout.device = opts.device;
   const StepShape shape{.global_batch = opts.micro_batch * opts.micro_steps, .seq = opts.seq,
                         .precision = opts.precision};
-  SoloStep solo(m, layout, shape, TrainConfig{}, backend, 1234);
+  TrainConfig train;
+  train.seed = 1234;
+  TrainStage solo = solo_train_stage(m, layout, shape, train, backend);
   SyntheticBatches source(opts.micro_batch * opts.seq, m.vocab);
   const int64_t batch_tokens = opts.micro_batch * opts.micro_steps * opts.seq;
 
@@ -82,10 +80,10 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepResult sr = train_step(solo.parts(), source, {.microbatches = opts.micro_steps,
-                                                     .batch_tokens = batch_tokens,
-                                                     .lr = 1e-4,
-                                                     .grad_clip = 1.0});
+    const StepResult sr = train_step(solo, source, {.microbatches = opts.micro_steps,
+                                                    .batch_tokens = batch_tokens,
+                                                    .lr = 1e-4,
+                                                    .grad_clip = 1.0});
     backend.stream().synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s == 0) r.loss_first = sr.loss;
@@ -168,26 +166,20 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   }
   // What `jumbo train` builds (Trainer's constructor) less the data, metrics and checkpoints.
   const RunConfig cfg = validated_for_world(config, world_size);
-  Grid grid(world, static_cast<int>(cfg.parallel.tp), static_cast<int>(cfg.parallel.pp));
-  ProcessGroups groups = process_groups(grid);
-  const StagePlan plan = plan_stage(cfg, grid.coords());
-  check_device_supports(cfg, plan.model, backend.device().kind());
+  RankStage place(world, cfg);
+  check_device_supports(cfg, place.options(), backend.device().kind());
   if (world_size > 1) start_comm_watchdog(cfg.parallel.comm_timeout_s);
   RunBenchResult r;
   // The network NCCL chose on every rank, refused as `jumbo train` refuses it:
   // a preflight on sockets where EFA is expected (comm.expect_network) fails here.
   r.network_line = require_nccl_network(cfg, backend, *world);
-  GptModel model(cfg.model, plan.model, backend, groups.tp);
-  model.initialize(cfg.train.seed);
-  GradSync grad_sync(model.params(), groups, plan);
-  AdamW optimizer(model.params(), backend, cfg.train, plan);
-  PipelineRunner pipeline(model, groups.pp, plan);
-  const StepParts parts{model, pipeline, grad_sync, optimizer, groups};
+  const int dp_rank = place.grid().dp_rank();
+  TrainStage stage(std::move(place), cfg.model, cfg.train, backend);
 
   const int64_t seq = cfg.model.context, batch = cfg.train.global_batch;
   const int64_t micro_steps = batch / (cfg.parallel.micro_batch * cfg.parallel.dp);
   SyntheticBatches source(cfg.parallel.micro_batch * seq, cfg.model.vocab,
-                          100 + static_cast<uint64_t>(grid.dp_rank()));
+                          100 + static_cast<uint64_t>(dp_rank));
   r.layout = cfg.parallel;
   r.device = backend.device().kind();
   r.world = world_size;
@@ -195,7 +187,7 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   backend.set_flush_denormals(true);  // as the trainer's step loop
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepResult sr = train_step(parts, source, {.microbatches = micro_steps,
+    const StepResult sr = train_step(stage, source, {.microbatches = micro_steps,
                                                      .batch_tokens = batch * seq,
                                                      .lr = cfg.train.lr,
                                                      .grad_clip = cfg.train.grad_clip});
@@ -208,7 +200,7 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
     if (s >= opts.warmup_steps) r.step_times_s.push_back(slowest);
   }
   backend.set_flush_denormals(false);
-  grad_sync.wait_for_weights();
+  stage.grad_sync().wait_for_weights();
   std::vector<double> sorted = r.step_times_s;
   std::sort(sorted.begin(), sorted.end());
   r.step_time_s = sorted[sorted.size() / 2];

@@ -1,4 +1,4 @@
-#include "jumbo/train/stop_signal.h"
+#include "jumbo/runtime/stop_signal.h"
 
 #include <csignal>
 #include <initializer_list>

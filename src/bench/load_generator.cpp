@@ -1,6 +1,6 @@
 // `jumbo bench serve` (serve/load_generator.h): the server as a child process, C client
 // threads per level, streamed completions timed chunk by chunk, the engine alone to compare.
-#include "jumbo/serve/load_generator.h"
+#include "jumbo/bench/load_generator.h"
 
 #include <fcntl.h>
 #include <httplib.h>
@@ -30,7 +30,7 @@
 #include "jumbo/ckpt/tools.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
-#include "jumbo/infer/bench_generate.h"
+#include "jumbo/bench/bench_generate.h"
 
 namespace jumbo {
 namespace {

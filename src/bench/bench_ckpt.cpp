@@ -10,7 +10,7 @@
 #include <random>
 
 #include "jumbo/ckpt/checkpointer.h"
-#include "jumbo/train/bench.h"
+#include "jumbo/bench/bench.h"
 #include "jumbo/train/checkpoint_io.h"
 #include "jumbo/parallel/stage_plan.h"
 

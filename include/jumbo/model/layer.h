@@ -1,0 +1,130 @@
+#pragma once
+// One GPT transformer layer's forward and the head's logits, written once for training
+// (GptModel, every position of a microbatch) and decoding (GptDecoder, a step's rows over a KV
+// cache). What differs between the two is a small object, not a copy of the op sequence
+// (Megatron-Core's TransformerLayer with `Attention.forward(..., inference_context)`):
+// - CoreAttention: causal attention over the sequence, or attention over a KV cache that may
+//   narrow the rest of the layer to the rows that reach the head;
+// - TensorParallelRegion: where a column-parallel layer's input is gathered and a row-parallel
+//   layer's partial sums are reduced (sequence parallelism, or plain all-reduces);
+// - LayerTensors: the layer's tensors, which the decoder passes as aliases (its residual
+//   stream is added in place).
+#include <cstdint>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/model/params.h"
+
+namespace jumbo {
+
+// Where each of a layer's parameters sits in its stage's ParamStore (gpt_param_index).
+struct GptLayerParams {
+  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+
+// The entry and exit of a tensor-parallel region. Column-parallel layers read the full
+// sequence [B, S, C]; row-parallel layers leave partial sums that go back to this rank's part.
+class TensorParallelRegion {
+ public:
+  // Plain tensor parallelism: the part is the full sequence; gather does nothing and reduce is
+  // an all-reduce in place.
+  TensorParallelRegion(Backend& backend, Comm& tp) : backend_(&backend), tp_(&tp) {}
+  // Sequence parallelism (Korthikanti et al. 2022): this rank holds seq / tp positions of each
+  // of `batch` sequences of `width` columns; all-gather and reduce-scatter along the sequence.
+  // `stage` is scratch of batch x seq x width elements in the compute dtype.
+  struct SequenceSplit {
+    int64_t batch = 0, seq = 0, width = 0;
+    Tensor stage;
+  };
+  TensorParallelRegion(Backend& backend, Comm& tp, const SequenceSplit& split);
+
+  // This rank's part into the full sequence from every rank's part (nothing without SP).
+  void gather(Tensor part, Tensor full);
+  // A partial sum over the full sequence into this rank's part: all-reduce in place (part is
+  // full) or, with sequence parallelism, reduce-scatter along the sequence.
+  void reduce(Tensor full, Tensor part);
+  // A row-parallel layer adds its bias on tp rank 0 only, so the reduction counts it once.
+  Tensor row_parallel_bias(Tensor bias) const { return tp_->rank() == 0 ? bias : Tensor{}; }
+
+ private:
+  Backend* backend_;
+  Comm* tp_;
+  bool split_ = false;
+  SequenceSplit seq_;
+  int64_t seq_part_ = 0;
+};
+
+// The tensors one layer reads and writes. `input`, the norms and the residuals are this rank's
+// part of the sequence; ln1_full and ln2_full the gathered inputs of the column-parallel layers
+// (the same tensors without SP); proj_full and proj_part scratch for the row-parallel outputs
+// before and after their reduction. Training keeps a set per layer and microbatch; the decoder
+// passes aliases (input = residual2 = residual3: x += proj).
+struct LayerTensors {
+  Tensor input, ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
+      ln2_mean, ln2_rstd, fch, fch_gelu, residual3, proj_full, proj_part;
+};
+
+// The layer's core attention: atty from qkv.
+class CoreAttention {
+ public:
+  virtual ~CoreAttention() = default;
+  // May narrow the rest of the layer (the tensors after the attention) to fewer rows; false
+  // when no row goes on.
+  virtual bool forward(Backend& backend, LayerTensors& t) = 0;
+};
+
+// Training: causal attention over each sequence; probs keeps the softmax statistics.
+class CausalAttention final : public CoreAttention {
+ public:
+  bool forward(Backend& backend, LayerTensors& t) override;
+};
+
+// Decoding: each row attends to its cache slot's earlier positions, after writing its own key
+// and value there. With `keep` (count >= 0) only keep.count rows, listed by index in
+// keep.rows (i32), go on after the attention: the last layer of the last stage, whose other
+// rows' outputs reach nothing once their keys and values are cached. They are gathered into
+// keep.input and keep.atty ([>= count, C] and [>= count, C / tp]).
+class KvCacheAttention final : public CoreAttention {
+ public:
+  struct Keep {
+    Tensor rows, input, atty;
+    int64_t count = -1;  // -1: every row goes on
+  };
+  // rows: i32 [n, 2], each query row's (cache slot, position).
+  KvCacheAttention(Tensor k_cache, Tensor v_cache, Tensor rows, const Keep& keep)
+      : k_cache_(k_cache), v_cache_(v_cache), rows_(rows), keep_(keep) {}
+  bool forward(Backend& backend, LayerTensors& t) override;
+
+ private:
+  Tensor k_cache_, v_cache_, rows_;
+  Keep keep_;
+};
+
+// What a layer forward runs on: the kernels, the tensor-parallel region and the weights.
+struct LayerContext {
+  Backend& backend;
+  TensorParallelRegion& tp;
+  const ParamStore& params;
+  float layernorm_eps;
+};
+
+// One pre-LayerNorm layer: residual2 = input + proj(attn(qkv(ln1(input)))),
+// residual3 = residual2 + fc2(gelu(fc1(ln2(residual2)))).
+void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
+                               CoreAttention& attention, LayerTensors t);
+
+// The head's tensors: the final norm (this rank's part, then gathered) and the logits of this
+// rank's vocabulary slice, [rows, vocab slice].
+struct HeadTensors {
+  Tensor lnf, lnf_full, lnf_mean, lnf_rstd, logits;
+};
+struct HeadParams {
+  int wte = -1, lnf_w = -1, lnf_b = -1;
+};
+// Final LayerNorm of x, gathered, then the tied-embedding logits over this rank's vocabulary
+// slice; its columns from `vocab_valid` on are padding (their number depends on tp) and are set
+// to -inf, so they take no part in a softmax or in sampling.
+void head_logits_forward(const LayerContext& ctx, const HeadParams& p, const HeadTensors& t,
+                         Tensor x, int64_t vocab_valid);
+
+}  // namespace jumbo

@@ -1,0 +1,106 @@
+#include "jumbo/model/layer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace jumbo {
+
+TensorParallelRegion::TensorParallelRegion(Backend& backend, Comm& tp, const SequenceSplit& split)
+    : backend_(&backend), tp_(&tp), split_(tp.size() > 1), seq_(split) {
+  if (split_ && (seq_.seq % tp.size() != 0 || seq_.stage.numel() != seq_.batch * seq_.seq * seq_.width)) {
+    throw std::logic_error("TensorParallelRegion: seq divisible by tp and a batch x seq x width stage");
+  }
+  seq_part_ = seq_.seq / tp.size();
+}
+
+void TensorParallelRegion::reduce(Tensor full, Tensor part) {
+  if (!split_) {
+    tp_->all_reduce(full, ReduceOp::sum);
+    return;
+  }
+  // [B, S, C] -> [tp, B, S/tp, C], so each rank's part is one block of the reduce-scatter.
+  const int64_t b = seq_.batch, s = seq_.seq, c = seq_.width;
+  Tensor rows = full.view({b * s, c}), stage = seq_.stage.view({b * s, c});
+  for (int64_t r = 0; r < tp_->size(); ++r) {
+    for (int64_t i = 0; i < b; ++i) {
+      backend_->copy(stage.rows((r * b + i) * seq_part_, seq_part_),
+                     rows.rows(i * s + r * seq_part_, seq_part_));
+    }
+  }
+  tp_->reduce_scatter(seq_.stage, part.view({b * seq_part_ * c}));
+}
+
+void TensorParallelRegion::gather(Tensor part, Tensor full) {
+  if (!split_) return;
+  const int64_t b = seq_.batch, s = seq_.seq, c = seq_.width;
+  tp_->all_gather(part.view({b * seq_part_ * c}), seq_.stage);
+  Tensor rows = full.view({b * s, c}), stage = seq_.stage.view({b * s, c});
+  for (int64_t r = 0; r < tp_->size(); ++r) {
+    for (int64_t i = 0; i < b; ++i) {
+      backend_->copy(rows.rows(i * s + r * seq_part_, seq_part_),
+                     stage.rows((r * b + i) * seq_part_, seq_part_));
+    }
+  }
+}
+
+bool CausalAttention::forward(Backend& backend, LayerTensors& t) {
+  backend.attention_fwd(t.atty, t.probs, t.qkv);
+  return true;
+}
+
+bool KvCacheAttention::forward(Backend& backend, LayerTensors& t) {
+  backend.attention_kv_cache(t.atty, t.qkv, k_cache_, v_cache_, rows_);
+  if (keep_.count < 0) return true;
+  // Every row's key and value is in the cache now; the kept rows are gathered (the position
+  // table lookup, by row index) and the rest of the layer runs on them alone.
+  const int64_t n = keep_.count;
+  if (n == 0) return false;
+  Tensor rows = keep_.rows.rows(0, n);
+  backend.token_embedding_fwd(keep_.input.rows(0, n), rows, t.input, 0);
+  backend.token_embedding_fwd(keep_.atty.rows(0, n), rows, t.atty, 0);
+  t.input = t.residual2 = t.residual3 = keep_.input.rows(0, n);
+  t.atty = keep_.atty.rows(0, n);
+  for (Tensor* later : {&t.ln2, &t.ln2_full, &t.ln2_mean, &t.ln2_rstd, &t.fch, &t.fch_gelu,
+                        &t.proj_full, &t.proj_part}) {
+    *later = later->rows(0, n);
+  }
+  return true;
+}
+
+void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
+                               CoreAttention& attention, LayerTensors t) {
+  Backend& be = ctx.backend;
+  TensorParallelRegion& tp = ctx.tp;
+  auto W = [&](int i) { return ctx.params.weight(i); };
+  // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
+  be.layernorm_fwd(t.ln1, t.ln1_mean, t.ln1_rstd, t.input, W(p.ln1_w), W(p.ln1_b),
+                   ctx.layernorm_eps);
+  tp.gather(t.ln1, t.ln1_full);
+  be.linear_fwd(t.qkv, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
+  if (!attention.forward(be, t)) return;
+  be.linear_fwd(t.proj_full, t.atty, W(p.proj_w), tp.row_parallel_bias(W(p.proj_b)));
+  tp.reduce(t.proj_full, t.proj_part);
+  be.add(t.residual2, t.input, t.proj_part);
+  // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
+  be.layernorm_fwd(t.ln2, t.ln2_mean, t.ln2_rstd, t.residual2, W(p.ln2_w), W(p.ln2_b),
+                   ctx.layernorm_eps);
+  tp.gather(t.ln2, t.ln2_full);
+  be.linear_gelu_fwd(t.fch_gelu, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+  be.linear_fwd(t.proj_full, t.fch_gelu, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
+  tp.reduce(t.proj_full, t.proj_part);
+  be.add(t.residual3, t.residual2, t.proj_part);
+}
+
+void head_logits_forward(const LayerContext& ctx, const HeadParams& p, const HeadTensors& t,
+                         Tensor x, int64_t vocab_valid) {
+  Backend& be = ctx.backend;
+  be.layernorm_fwd(t.lnf, t.lnf_mean, t.lnf_rstd, x, ctx.params.weight(p.lnf_w),
+                   ctx.params.weight(p.lnf_b), ctx.layernorm_eps);
+  ctx.tp.gather(t.lnf, t.lnf_full);
+  // Tied head: this rank's vocabulary slice only (vocab-parallel, no gathered logits).
+  be.linear_fwd(t.logits, t.lnf_full.view({t.logits.dim(0), t.lnf_full.dim(-1)}),
+                ctx.params.weight(p.wte), Tensor{});
+  be.fill_columns(t.logits, vocab_valid, -INFINITY);
+}
+
+}  // namespace jumbo
