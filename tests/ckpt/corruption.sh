@@ -3,16 +3,9 @@
 # with resume = "auto" the run falls back to the previous complete checkpoint and says so.
 # Cases: truncated shard, missing shard, one flipped byte, a manifest of another model,
 # a malformed manifest. Usage: corruption.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 
 # 2 ranks, dp 2 with ZeRO-1: two shard files per checkpoint.
 train() {
@@ -20,7 +13,7 @@ train() {
     --set log.every=100 "$@"
 }
 train --set train.steps=6 --set "checkpoint.dir=$tmp/good" --set checkpoint.every=3 \
-  >"$tmp/save.log" 2>&1 || { cat "$tmp/save.log"; echo "FAIL: saving run"; exit 1; }
+  >"$tmp/save.log" 2>&1 || { cat "$tmp/save.log"; fail "saving run"; finish; }
 
 # case NAME EXPECTED-MESSAGE-REGEX COMMAND...: corrupt a copy of the checkpoints with COMMAND
 # (run inside the copy), then resume step 6 explicitly (must fail, naming the problem) and
@@ -74,5 +67,4 @@ status=$?
 grep -q "checkpoint.resume = \"$tmp/nope/step_00000006\": no such checkpoint directory" \
   "$tmp/nope.log" || fail "missing resume path: no clear line"
 [[ ! -e $tmp/nope ]] || fail "missing resume path: the directory was created"
-((failures == 0)) || exit 1
-echo "ok: every corruption named its file; auto fell back to step 3"
+finish "every corruption named its file; auto fell back to step 3"

@@ -12,21 +12,13 @@
 #     space half-way; exit 2 with a line naming ENOSPC, the partial step_00000015 removed, the
 #     step-10 checkpoint intact and verified.
 # Usage: no_room.sh JUMBO REPO (as root: it mounts tmpfs)
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 mnt=$tmp/fs
 mkdir -p "$mnt"
-cleanup() {
-  mountpoint -q "$mnt" && umount "$mnt"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$repo"
+on_exit 'mountpoint -q "$mnt" && umount "$mnt"'
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-fail() { echo "FAIL: $*"; exit 1; }
+check "making the small data set" make_small_data "$jumbo" "$tmp"
 steps=20
 
 train() {
@@ -114,3 +106,4 @@ line=$(grep -E -m1 "checkpoint $mnt/ck/step_00000015 not saved, the partial dire
 "$jumbo" ckpt inspect --verify "$mnt/ck/step_00000010" >"$tmp/c-verify.txt" 2>&1 ||
   { cat "$tmp/c-verify.txt"; fail "c: step 10 does not verify"; }
 echo "ok   c: ENOSPC mid-save: exit 2, partial step 15 removed, step 10 intact: ${line#*error: }"
+finish

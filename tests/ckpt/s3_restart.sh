@@ -10,20 +10,13 @@
 # steps bit for bit. S3 is s3rver behind the signature-checking proxy
 # (tests/support/s3rver.sh); `aws` is the AWS CLI when installed, else botocore.
 #   Usage: s3_restart.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/s3rver.sh
-trap 'stop_s3rver; rm -rf "$tmp"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-make_small_data "$jumbo" "$tmp" || fail "making the small data set"
-start_s3rver "$tmp/s3" jumbo-ckpt || exit 1
+on_exit stop_s3rver
+check "making the small data set" make_small_data "$jumbo" "$tmp"
+check "starting s3rver" start_s3rver "$tmp/s3" jumbo-ckpt
 S3_BUCKET="jumbo-ckpt"
 bucket=s3://$S3_BUCKET
 
@@ -141,4 +134,4 @@ grep "checkpoint:\|step_00000006" "$tmp/resumed.log" | head -n 3
 want=$(losses "$tmp/full.jsonl" | tail -n 4)
 got=$(losses "$tmp/resumed.jsonl")
 [[ $want == "$got" ]] || { paste <(echo "$want") <(echo "$got"); fail "steps 5-8 differ from the uninterrupted run"; }
-echo "ok: restarted on an empty directory from the S3 copies; the cut-short step 6 reported, step 4 resumed, steps 5-8 identical"
+finish "restarted on an empty directory from the S3 copies; the cut-short step 6 reported, step 4 resumed, steps 5-8 identical"

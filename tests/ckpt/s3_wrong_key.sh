@@ -5,17 +5,12 @@
 # `jumbo: error:` line naming the s3:// URL and SignatureDoesNotMatch, no stack trace, no
 # secret; with the right key the same command gets past the signature.
 # Usage: s3_wrong_key.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
 source tests/support/s3rver.sh
-trap 'stop_s3rver; rm -rf "$tmp"' EXIT
-start_s3rver "$tmp/s3" jumbo-ckpt || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+on_exit stop_s3rver
+check "starting s3rver" start_s3rver "$tmp/s3" jumbo-ckpt || finish
+on_failure 'echo "the proxy log:"; cat "$tmp/s3/s3_proxy.log"'
 
 python3 tests/ckpt/s3_proxy_check.py "$S3_ENDPOINT" jumbo-ckpt || fail "s3_proxy_check.py"
 
@@ -49,7 +44,7 @@ grep -q "neither a checkpoint directory" "$tmp/right.err" ||
   fail "inspect with the right key: $(cat "$tmp/right.err")"
 
 # A 2-rank training run resuming from S3: one jumbo line (mpirun adds its MPI_ABORT notice).
-make_small_data "$jumbo" "$tmp" || exit 1
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 AWS_SECRET_ACCESS_KEY=$secret train_small "$jumbo" 2 "$tmp" --set train.steps=2 \
   --set train.global_batch=4 --set log.every=1 --set checkpoint.every=2 \
   --set "checkpoint.dir=$url" --set checkpoint.resume=auto --set "checkpoint.s3_endpoint=$S3_ENDPOINT" \
@@ -57,9 +52,4 @@ AWS_SECRET_ACCESS_KEY=$secret train_small "$jumbo" 2 "$tmp" --set train.steps=2 
 check_refusal train $?
 grep -q "^step " "$tmp/train.out" && fail "train: trained without its checkpoint storage"
 
-if ((failures > 0)); then
-  echo "$failures failure(s); the proxy log:"
-  cat "$tmp/s3/s3_proxy.log"
-  exit 1
-fi
-echo "ok: tampered requests and a wrong secret key are refused, each in one clear line"
+finish "tampered requests and a wrong secret key are refused, each in one clear line"

@@ -5,16 +5,9 @@
 # export is parsed by hand (struct + json + numpy), without the safetensors package.
 # A tp 2 x pp 2 run with model.vocab = 500 (padded to 512) gives rectangles and padding rows;
 # a dp 2 ZeRO-1 run gives pieces cut into element ranges. Usage: tools.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 
 train() {
   local np=$1
@@ -24,7 +17,7 @@ train() {
 }
 train 4 --set parallel.tp=2 --set parallel.pp=2 --set train.steps=4 --set checkpoint.every=4 \
   --set "checkpoint.dir=$tmp/ck" >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+  { cat "$tmp/train.log"; fail "training run"; finish; }
 step=$tmp/ck/step_00000004
 
 source tests/support/expect_error.sh
@@ -78,7 +71,7 @@ ls "$tmp"/bad.safetensors* >/dev/null 2>&1 && fail "a failed export left a file 
 # ZeRO-1 over dp 2: tensors cut into element ranges between the two files.
 train 2 --set parallel.zero1=true --set train.steps=2 --set checkpoint.every=2 \
   --set "checkpoint.dir=$tmp/z1" >"$tmp/train_z1.log" 2>&1 ||
-  { cat "$tmp/train_z1.log"; echo "FAIL: ZeRO-1 training run"; exit 1; }
+  { cat "$tmp/train_z1.log"; fail "ZeRO-1 training run"; finish; }
 "$jumbo" ckpt export "$tmp/z1" --format safetensors -o "$tmp/z1.safetensors" || fail "export z1"
 
 /usr/bin/python3 - "$step" "$tmp/f32.safetensors" "$tmp/bf16.safetensors" \
@@ -222,5 +215,4 @@ assert split(sys.argv[1]) == split(sys.argv[2])
 EOF
 expect_error convert_bad_tp "--tp 3 does not divide model.heads" \
   "$jumbo" ckpt convert "$tmp/ck" -o "$tmp/conv3" --tp 3
-((failures == 0)) || exit 1
-echo "ok: inspect, verify, safetensors export and convert"
+finish "inspect, verify, safetensors export and convert"

@@ -2,15 +2,11 @@
 # `jumbo train` with no --config runs the embedded demo from any directory: its paths resolve
 # against the checkout jumbo was built from. Without the demo's data it says in one line how
 # to make them. Usage: demo_any_directory.sh JUMBO REPO
-set -euo pipefail
-jumbo=$(realpath "$1")
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
+abort_on_error
+stop_at_first_failure
 source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp"
-fail() { echo "FAIL: $*"; exit 1; }
 
 cd "$tmp"  # not a checkout: no inputs/ here
 # One step of the demo model (its preset found in the checkout) on the small data.
@@ -29,3 +25,4 @@ status=0
 grep -q "none.model" "$tmp/err" && grep -q "scripts/demo.sh" "$tmp/err" ||
   { cat "$tmp/err"; fail "the line does not say how to make the data"; }
 echo "ok: $(cat "$tmp/err")"
+finish

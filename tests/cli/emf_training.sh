@@ -4,21 +4,11 @@
 # listener this script starts); every line passes tests/obs/validate_emf.py with all the
 # declared metrics, and ValLoss appears exactly on the eval steps. Then `jumbo plot` draws the
 # run's metrics. Usage: emf_training.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
+source "$(dirname "$0")/../support/harness.sh" "$@"
 listener=
-cleanup() {
-  [[ -n $listener ]] && kill "$listener" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$repo"
+on_exit '[[ -z $listener ]] || kill "$listener" 2>/dev/null'
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 
 # A one-connection TCP agent: writes what it receives to a file, says its port first.
 python3 - "$tmp/agent.out" "$tmp/agent.port" <<'PY' &
@@ -84,5 +74,4 @@ if "$jumbo" plot "$tmp/metrics.jsonl" -o "$tmp/loss.svg" >/dev/null &&
 else
   fail "plot"
 fi
-echo "$failures failures"
-[[ $failures -eq 0 ]]
+finish

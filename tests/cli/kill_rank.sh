@@ -1,18 +1,11 @@
 #!/usr/bin/env bash
 # A rank killed mid-step (SIGKILL) ends the whole job within 60 s, non-zero, with a message
 # naming the rank. Usage: kill_rank.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cleanup() {
-  [[ -n ${job:-} ]] && kill -9 "$job" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
+on_exit 'kill_tree "${job:-}"'
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
+check "making the small data set" make_small_data "$jumbo" "$tmp"
 
 OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "$jumbo" train \
   --set model.preset=inputs/models/tiny.toml --set parallel.tp=2 --set parallel.pp=2 \
@@ -26,9 +19,9 @@ for _ in $(seq 1 300); do  # up to 30 s for training to start
   grep -q "^step" "$tmp/log" && break
   sleep 0.1
 done
-grep -q "^step" "$tmp/log" || { echo "FAIL: training did not start"; cat "$tmp/log"; exit 1; }
+grep -q "^step" "$tmp/log" || { cat "$tmp/log"; fail "training did not start"; }
 victim=$(pgrep -P "$job" | sort -n | tail -1)
-[[ -n $victim ]] || { echo "FAIL: no rank process under mpirun $job"; exit 1; }
+[[ -n $victim ]] || fail "no rank process under mpirun $job"
 kill -9 "$victim"
 killed=$(date +%s)
 
@@ -44,8 +37,8 @@ done
 elapsed=$(($(date +%s) - killed))
 job=
 tail -15 "$tmp/log"
-[[ -n $status ]] || { echo "FAIL: job still running 60 s after the kill"; exit 1; }
-[[ $status -ne 0 ]] || { echo "FAIL: job exited 0 after a rank was killed"; exit 1; }
+[[ -n $status ]] || fail "job still running 60 s after the kill"
+[[ $status -ne 0 ]] || fail "job exited 0 after a rank was killed"
 grep -qiE "rank [0-9]+.*(signal 9|killed)|signal 9 \(Killed\)" "$tmp/log" ||
-  { echo "FAIL: no message naming the killed rank"; exit 1; }
-echo "ok: job ended ${elapsed}s after the kill, status $status"
+  fail "no message naming the killed rank"
+finish "job ended ${elapsed}s after the kill, status $status"

@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # `jumbo plan` and `jumbo doctor` as a user runs them. Usage: plan_doctor.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
-failures=0
+source "$(dirname "$0")/../support/harness.sh" "$@"
 pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
 
 # J1-Jumbo on 64 p4d nodes: layouts fit, the recommendation is tp 8 within the node, and its
 # estimate is under 40 GiB.
@@ -146,5 +139,4 @@ else
   cat "$tmp/mpi"
 fi
 
-echo "$failures failures"
-[[ $failures -eq 0 ]]
+finish

@@ -2,17 +2,7 @@
 # `jumbo plot`: a metrics file (two runs appended, eval steps, a diverged step) becomes an SVG
 # that parses as XML with one loss point per finite step; bad input is exit 2 and one line.
 # Usage: plot.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
-failures=0
-fail() {
-  echo "FAIL $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/../support/harness.sh" "$@"
 
 # 300 steps, then a resume from step 250 that runs to 320; step 40 has a null (NaN) loss.
 python3 - "$tmp/metrics.jsonl" <<'PY'
@@ -76,5 +66,4 @@ echo '{"step":1,"tokens":10}' >"$tmp/noloss.jsonl"
 expect_error no-loss "$tmp/noloss.jsonl:1: no \"loss\" field" -- plot "$tmp/noloss.jsonl" -o "$tmp/x.svg"
 [[ ! -e $tmp/x.svg ]] || fail "an SVG was written for bad input"
 
-[[ $failures -eq 0 ]] && echo "plot.sh: all ok"
-exit $((failures > 0))
+finish

@@ -3,20 +3,11 @@
 # prints progress; a bad line stops the job naming rank, file and line and leaves no index; a
 # killed job leaves no index and a rerun keeps its finished parts and completes the same
 # dataset. Usage: prepare_ranks.sh JUMBO REPO
-set -euo pipefail
-jumbo=$(realpath "$1")
-repo=$2
-tmp=$(mktemp -d)
+source "$(dirname "$0")/../support/harness.sh" "$@"
+abort_on_error
+stop_at_first_failure
 job=
-cleanup() {
-  if [[ -n $job ]]; then
-    pkill -9 -P "$job" 2>/dev/null || true
-    kill -9 "$job" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+on_exit 'kill_tree "$job"'
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 
@@ -99,4 +90,4 @@ kept=$(sed -n 's/.*13 parts (\([0-9]*\) kept from an earlier run).*/\1/p' "$tmp/
   { cat "$tmp/log"; fail "the rerun kept '${kept}' parts, expected the $done_parts finished ones"; }
 diff -r "$tmp/np1" "$tmp/killed" >"$tmp/diff" 2>&1 ||
   { cat "$tmp/diff"; fail "the finished rerun differs from a clean run"; }
-echo "ok: killed with $done_parts of 13 parts done, no index; the rerun kept $kept and equals a clean run"
+finish "killed with $done_parts of 13 parts done, no index; the rerun kept $kept and equals a clean run"

@@ -5,16 +5,9 @@
 # metrics carry the per-rank spread and the straggler; the EMF lines (valid for CloudWatch)
 # carry StragglerRatio and Stragglers at each interval. The start-up placement line names the host.
 # Usage: stragglers.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-failures=0
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 host=$(hostname)
 
 JUMBO_TEST_FAULT=slow@2:150 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -64,5 +57,4 @@ PY
 else
   fail "EMF straggler metrics"
 fi
-echo "$failures failures"
-[[ $failures -eq 0 ]]
+finish

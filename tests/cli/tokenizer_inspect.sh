@@ -2,17 +2,7 @@
 # `jumbo data tokenizer` then `jumbo data inspect-tokenizer`: a small tokenizer trained on a
 # sample of the validation text, its report fields, and user errors as exit 2 and one line.
 # Seconds: vocabulary 400, 64 KiB sample. Usage: tokenizer_inspect.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
-failures=0
-fail() {
-  echo "FAIL $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/../support/harness.sh" "$@"
 valid=inputs/data/brown-valid.jsonl
 
 "$jumbo" data tokenizer -i "$valid" -o "$tmp/tok" --vocab-size 400 --sample-bytes 64K \
@@ -72,8 +62,4 @@ expect_error sample-bytes "--sample-bytes 10: expected" -- \
 printf '{"text": "fine"}\n{"body": "elsewhere"}\n' >"$tmp/bad.jsonl"
 expect_error missing-key "$tmp/bad.jsonl:2:" -- data tokenizer -i "$tmp/bad.jsonl" -o "$tmp/x"
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "tokenizer_inspect: all passed"
+finish

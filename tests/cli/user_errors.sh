@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # The binary's contract for user mistakes: exit status 2 and exactly one line on stderr that
 # names the file or key, the value and what was expected. Usage: user_errors.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
-failures=0
+source "$(dirname "$0")/../support/harness.sh" "$@"
 
 # expect_error NAME PATTERN... -- ARGS: runs jumbo ARGS, checks status 2, one stderr line,
 # and that the line contains every PATTERN.
@@ -31,9 +25,8 @@ expect_error() {
   if [[ $ok -eq 1 ]]; then
     echo "ok   $name: $(cat "$tmp/err")"
   else
-    echo "FAIL $name: status $status, $lines stderr lines:"
+    fail "$name: status $status, $lines stderr lines:"
     cat "$tmp/err"
-    failures=$((failures + 1))
   fi
 }
 
@@ -56,7 +49,17 @@ expect_error missing-config "nope.toml" -- train --config "$tmp/nope.toml"
 expect_error missing-tokenizer "$tmp/none.model" -- \
   train --set "data.tokenizer=$tmp/none.model"
 expect_error missing-preset "missing.toml" "cannot open" -- info --model "$tmp/missing.toml"
-expect_error bad-precision "bf17" -- bench train --model inputs/models/tiny.toml --precision bf17
+expect_error bad-precision "--precision bf17: expected fp32 or bf16" -- \
+  bench train --model inputs/models/tiny.toml --precision bf17
+# Flags parsed once (src/cli/flags.h): the flag, its value and what it takes; CLI11's own
+# errors (an unknown flag, a missing value) are the same one line with exit 2.
+expect_error bad-device-flag "--device tpu: expected cpu or cuda" -- \
+  generate --checkpoint "$tmp/none" --prompt x --device tpu
+expect_error flag-below-range "--nodes 0: expected >= 1" -- plan --model inputs/models/tiny.toml --nodes 0
+expect_error bench-steps-range "--steps 0: expected >= 1" -- \
+  bench train --model inputs/models/tiny.toml --steps 0
+expect_error unknown-flag "--frobnicate" "jumbo train --help" -- train --frobnicate
+expect_error flag-without-value "--nodes" "jumbo plan --help" -- plan --model inputs/models/tiny.toml --nodes
 
 expect_error unknown-gpu "train.gpu" "v100" "a100-40gb" -- train --set train.gpu=v100
 expect_error unknown-device "train.device" "tpu" -- train --set train.device=tpu
@@ -90,9 +93,7 @@ expect_error corrupt-tokenizer "$tmp/bad.model" -- \
 if "$jumbo" info --model inputs/models/j1-jumbo.toml | grep -q "(177.87B)"; then
   echo "ok   info-j1-jumbo"
 else
-  echo "FAIL info-j1-jumbo"
-  failures=$((failures + 1))
+  fail "info-j1-jumbo"
 fi
 
-echo "$failures failures"
-[[ $failures -eq 0 ]]
+finish

@@ -11,31 +11,22 @@
 #   bash tests/cluster/cluster_yaml.sh JUMBO_BINARY SOURCE_DIR
 #
 # One line per failed check; exit 1 if any failed, else a summary and exit 0.
-set -uo pipefail
-
 if (($# != 2)); then
   echo "usage: cluster_yaml.sh JUMBO_BINARY SOURCE_DIR" >&2
   exit 2
 fi
-jumbo=$1
-source_dir=$(cd "$2" && pwd) || exit 2
+source "$(dirname "$0")/../support/harness.sh" "$@"
+source_dir=$repo
 pc=$source_dir/parallelcluster
 python=/usr/bin/python3
 
-passed=0 failed=0
+passed=0
 pass() { passed=$((passed + 1)); }
-fail() {
-  echo "FAIL: $*"
-  failed=$((failed + 1))
-}
 
 if ! "$python" -c 'import yaml' 2>/dev/null; then
-  echo "FAIL: $python has no PyYAML (Debian: apt-get install python3-yaml)"
-  exit 1
+  fail "$python has no PyYAML (Debian: apt-get install python3-yaml)"
+  finish
 fi
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # Dummy values, in the forms AWS uses. The key name has a space: render.sh must keep it whole.
 values=(
@@ -81,16 +72,22 @@ check_variant() {
   checker_out=$("$python" "$source_dir/tests/cluster/check_cluster_yaml.py" "$source_dir" \
     "$tmp/$name.yaml" "$capacity" "$instance" "$@" "${plan_for[@]}" 2>&1)
   checker_rc=$?
-  # The checker's own failure lines, then its count folded into ours.
-  grep -v '^check_cluster_yaml: ' <<<"$checker_out" | grep . | sed "s/^/FAIL: [$name] /" || true
+  # The checker's own failure lines, each a failure here, then its count checked against them.
+  local line lines=0 checker_failed=0
+  while IFS= read -r line; do
+    fail "[$name] $line"
+    lines=$((lines + 1))
+  done < <(grep -v '^check_cluster_yaml: ' <<<"$checker_out" | grep .)
   counts=$(grep '^check_cluster_yaml: ' <<<"$checker_out")
   if [[ $counts =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     passed=$((passed + BASH_REMATCH[1]))
-    failed=$((failed + BASH_REMATCH[2]))
+    checker_failed=${BASH_REMATCH[2]}
+    ((checker_failed <= lines)) ||
+      fail "[$name] check_cluster_yaml.py: $checker_failed failed, $lines of them named"
   else
     fail "check_cluster_yaml.py: no summary line (exit $checker_rc): $checker_out"
   fi
-  ((checker_rc == 0 || failed > 0)) || fail "check_cluster_yaml.py exited $checker_rc"
+  ((checker_rc == 0 || checker_failed > 0)) || fail "check_cluster_yaml.py exited $checker_rc"
 }
 check_variant ondemand p4d.24xlarge "${values[@]}"
 check_variant odcr p4d.24xlarge "${values[@]}" "${reserved[@]}"
@@ -226,8 +223,5 @@ else
   pass
 fi
 
-if ((failed > 0)); then
-  echo "cluster_yaml: $passed passed, $failed failed"
-  exit 1
-fi
-echo "cluster_yaml: $passed passed, 0 failed (parallelcluster/cluster.yaml, render.sh, on-node-configured.sh, cloudwatch-agent.json)"
+echo "cluster_yaml: $passed passed"
+finish "parallelcluster/cluster.yaml, render.sh, on-node-configured.sh, cloudwatch-agent.json"

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The watchdog ends a job whose rank hangs: within seconds, non-zero, with one line naming the
 # rank, the operation and the group. Usage: watchdog.sh PROBE
-set -uo pipefail
-probe=$1
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
+probe=$jumbo  # $1: tests/comm/probe/watchdog_probe.cpp
+log=$tmp/log
 start=$(date +%s)
 timeout 60 mpirun -np 3 --oversubscribe "$probe" >"$log" 2>&1
 status=$?
 elapsed=$(($(date +%s) - start))
 cat "$log"
-[[ $status -ne 0 && $status -ne 124 ]] || { echo "FAIL: status $status (124 = still hanging at 60 s)"; exit 1; }
-[[ $elapsed -lt 30 ]] || { echo "FAIL: took ${elapsed}s"; exit 1; }
-grep -q "barrier on the world group has waited" "$log" || { echo "FAIL: no watchdog line"; exit 1; }
-echo "ok: job ended in ${elapsed}s with status $status"
+[[ $status -ne 0 && $status -ne 124 ]] || fail "status $status (124 = still hanging at 60 s)"
+[[ $elapsed -lt 30 ]] || fail "took ${elapsed}s"
+grep -q "barrier on the world group has waited" "$log" || fail "no watchdog line"
+finish "job ended in ${elapsed}s with status $status"

@@ -2,11 +2,9 @@
 # jumbo eval on a checkpoint saved by a tp 2 run: its first windows reproduce the run's logged
 # val_loss on other layouts, the whole set scores every token once (any stride), the shipped
 # multiple-choice task gives the same log-likelihoods on every layout, and mistakes get one line.
-set -euo pipefail
-jumbo=$1
-cd "$2"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../support/harness.sh" "$@"
+abort_on_error
+stop_at_first_failure
 source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp"
 train_small "$jumbo" 2 "$tmp" --set parallel.tp=2 --set train.steps=10 --set train.global_batch=8 \
@@ -21,7 +19,7 @@ print(repr(d))' "$1" "$2"
 }
 close() {  # close A B RELATIVE
   python3 -c 'import sys; a,b,t=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)<=t*max(1,abs(b)) else 1)' "$@" ||
-    { echo "FAIL: $1 vs $2 (tolerance $3)"; exit 1; }
+    fail "$1 vs $2 (tolerance $3)"
 }
 val=$(field "$tmp/m.jsonl" val_loss)
 echo "logged val_loss at step 10: $val"
@@ -36,18 +34,18 @@ close "$(field "$tmp/e1.txt" data.loss)" "$val" 1e-6
 mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows 4 --pp 2 \
   --micro-batch 2 >"$tmp/e2.txt"
 close "$(field "$tmp/e2.txt" data.loss)" "$val" 1e-6
-[[ $(field "$tmp/e2.txt" layout) == "'tp1-pp2-dp2'" ]] || { echo "FAIL: layout"; exit 1; }
-grep -q "^dataset .*bits/byte" "$tmp/e2.txt" || { echo "FAIL: no table"; cat "$tmp/e2.txt"; exit 1; }
+[[ $(field "$tmp/e2.txt" layout) == "'tp1-pp2-dp2'" ]] || fail "layout"
+grep -q "^dataset .*bits/byte" "$tmp/e2.txt" || { cat "$tmp/e2.txt"; fail "no table"; }
 
 # The whole set: every token but the first is scored once, whatever the stride.
 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" >"$tmp/all.txt"
 n=$(field "$tmp/all.txt" data.dataset_tokens)
-[[ $(field "$tmp/all.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: tokens scored"; exit 1; }
+[[ $(field "$tmp/all.txt" data.tokens) == $((n - 1)) ]] || fail "tokens scored"
 mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --stride 12 --tp 2 \
   --pp 2 >"$tmp/strided.txt"
-[[ $(field "$tmp/strided.txt" data.tokens) == $((n - 1)) ]] || { echo "FAIL: strided tokens"; exit 1; }
+[[ $(field "$tmp/strided.txt" data.tokens) == $((n - 1)) ]] || fail "strided tokens"
 w32=$(field "$tmp/all.txt" data.windows) w12=$(field "$tmp/strided.txt" data.windows)
-((w12 > 2 * w32)) || { echo "FAIL: stride 12 made $w12 windows, stride 32 $w32"; exit 1; }
+((w12 > 2 * w32)) || fail "stride 12 made $w12 windows, stride 32 $w32"
 
 # The shipped task (its first 60 items): the same per-item log-likelihoods on two layouts.
 head -60 inputs/tasks/brown-lastword.jsonl >"$tmp/task.jsonl"
@@ -75,7 +73,6 @@ print(f"task: 60 items, acc {summary['accuracy']:.3f}, acc_norm {summary['accura
 PY
 
 # Mistakes: one line, exit 2.
-fail() { echo "FAIL: $*"; exit 1; }
 source tests/support/expect_error.sh
 expect_error no_input "give --data PREFIX" "$jumbo" eval --checkpoint "$tmp/ckpt"
 expect_error bad_stride "--stride 40: expected 1 .. 32" "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --stride 40
@@ -84,4 +81,4 @@ echo '{"context": "a", "continuations": [" b"], "answer": 3}' >"$tmp/bad.jsonl"
 expect_error bad_answer 'bad.jsonl:1: "answer": 3 is not an index' "$jumbo" eval --checkpoint "$tmp/ckpt" \
   --task "$tmp/bad.jsonl"
 expect_error bad_layout "--tp 3" "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --tp 3
-echo "eval: ok"
+finish

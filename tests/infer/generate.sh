@@ -2,11 +2,9 @@
 # jumbo generate on a real checkpoint: the same text (greedy, and sampled with a seed) on one
 # rank and on tp 2 x pp 2, whatever the batch (--max-batch, --prefill-chunk); stop strings;
 # one-line errors.
-set -euo pipefail
-jumbo=$1
-cd "$2"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../support/harness.sh" "$@"
+abort_on_error
+stop_at_first_failure
 source tests/support/small_run.sh
 make_small_data "$jumbo" "$tmp"
 train_small "$jumbo" 1 "$tmp" --set train.steps=30 --set train.global_batch=8 \
@@ -19,21 +17,21 @@ gen() {  # gen OUT [mpirun -np N] -- FLAGS...
   "$@" --checkpoint "$tmp/ckpt" --prompts "$tmp/prompts.jsonl" --max-new-tokens 12 --json >"$out"
 }
 same() {
-  cmp -s "$1" "$2" || { echo "FAIL: $1 and $2 differ"; diff "$1" "$2"; exit 1; }
+  cmp -s "$1" "$2" || { diff "$1" "$2"; fail "$1 and $2 differ"; }
 }
 gen "$tmp/g1" "$jumbo" generate
 gen "$tmp/g2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2
 gen "$tmp/g3" "$jumbo" generate --max-batch 1 --prefill-chunk 2
 same "$tmp/g1" "$tmp/g2"
 same "$tmp/g1" "$tmp/g3"
-[[ $(wc -l <"$tmp/g1") -eq 3 ]] || { echo "FAIL: 3 completions expected"; exit 1; }
+[[ $(wc -l <"$tmp/g1") -eq 3 ]] || fail "3 completions expected"
 sampled=(--temperature 0.8 --top-k 40 --top-p 0.9 --seed 5)
 gen "$tmp/s1" "$jumbo" generate "${sampled[@]}"
 gen "$tmp/s2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2 "${sampled[@]}" --max-batch 2
 gen "$tmp/s3" "$jumbo" generate --temperature 0.8 --top-k 40 --top-p 0.9 --seed 6
 same "$tmp/s1" "$tmp/s2"
-cmp -s "$tmp/s1" "$tmp/s3" && { echo "FAIL: seeds 5 and 6 gave the same text"; exit 1; }
-cmp -s "$tmp/s1" "$tmp/g1" && { echo "FAIL: sampling gave the greedy text"; exit 1; }
+cmp -s "$tmp/s1" "$tmp/s3" && fail "seeds 5 and 6 gave the same text"
+cmp -s "$tmp/s1" "$tmp/g1" && fail "sampling gave the greedy text"
 
 # A stop string cut from the greedy text: the completion ends before it.
 python3 - "$tmp/g1" "$tmp/stop.txt" <<'PY'
@@ -55,9 +53,8 @@ assert cut["finish_reason"] == "stop", cut
 assert cut["text"] == full[: full.find(sys.argv[3])], (cut["text"], full, sys.argv[3])
 PY
 "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury said" --max-new-tokens 4 | \
-  grep -q "^The jury said" || { echo "FAIL: the human output repeats the prompt"; exit 1; }
+  grep -q "^The jury said" || fail "the human output repeats the prompt"
 
-fail() { echo "FAIL: $*"; exit 1; }
 source tests/support/expect_error.sh
 expect_error too_long "exceed the model's context of 32" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury" --max-new-tokens 40
 expect_error no_prompt "give --prompt TEXT or --prompts" "$jumbo" generate --checkpoint "$tmp/ckpt"
@@ -65,4 +62,4 @@ echo 'not json' >"$tmp/bad.jsonl"
 expect_error bad_prompts "bad.jsonl:1: expected a JSON object" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompts "$tmp/bad.jsonl"
 expect_error not_one_replica "generation runs one model replica" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "a" --tp 2
 expect_error bad_batch "--max-batch 0" "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "a" --max-batch 0
-echo "generate: ok"
+finish

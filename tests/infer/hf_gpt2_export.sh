@@ -10,19 +10,16 @@
 #   - per task item and continuation, the log-likelihood, greedy flag and prediction of
 #     `jumbo eval --per-item` recomputed from the directory (|diff| <= 1e-3 max(1, |x|));
 #   - both comparisons would catch c_attn read in jumbo's per-head q|k|v order;
+#   - `jumbo generate`'s greedy tokens (the KV-cache decoder) equal the argmax of the
+#     directory's full forward after the same prefix (tokens only: a gross decoding error
+#     shows, a small shift of the log-probabilities may not; those are compared with the
+#     training forward in tests/infer/mpi/test_decode.cpp);
 #   - user mistakes: exit 2 with one line naming the flag or file.
 # A tp 2 x pp 2 run, so c_attn is put together from two tp rectangles before its columns are
 # regrouped. Usage: hf_gpt2_export.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
-make_small_data "$jumbo" "$tmp" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 py=/usr/bin/python3  # Debian's, with torch (python3 on PATH may be a pyenv without it)
 gpt2=tests/infer/torch_gpt2.py
 
@@ -34,7 +31,7 @@ train_small "$jumbo" 4 "$tmp" --set model.vocab=500 --set parallel.tp=2 --set pa
   --set train.warmup_tokens=0 --set train.eval_every=$steps --set "data.valid=$tmp/data" \
   --set "log.metrics_file=$tmp/metrics.jsonl" --set log.every=100 \
   --set checkpoint.every=$steps --set "checkpoint.dir=$tmp/ck" >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+  { cat "$tmp/train.log"; fail "training run"; finish; }
 tail -3 "$tmp/train.log"
 
 source tests/support/expect_error.sh
@@ -117,13 +114,23 @@ if "$jumbo" eval --checkpoint "$tmp/ck" --task "$tmp/task.jsonl" --per-item "$tm
   tail -2 "$tmp/eval.log"
   "$py" "$gpt2" per-item "$tmp/hf" --per-item "$tmp/items.jsonl" --items 6 ||
     fail "jumbo eval's log-likelihoods against the exported directory"
+  # Cached decoding: generate's greedy tokens after each item's context, against the argmax
+  # of the directory's full forward (the prompt tokens are eval's context tokens: both are
+  # EOS + the encoded text).
+  "$py" -c 'import json, sys
+for l in open(sys.argv[1]):
+    print(json.dumps({"prompt": json.loads(l)["context"]}))' "$tmp/task.jsonl" >"$tmp/prompts.jsonl"
+  if "$jumbo" generate --checkpoint "$tmp/ck" --prompts "$tmp/prompts.jsonl" --max-new-tokens 8 \
+    --json >"$tmp/generated.jsonl" 2>"$tmp/generate.log"; then
+    "$py" "$gpt2" greedy "$tmp/hf" --per-item "$tmp/items.jsonl" --generated "$tmp/generated.jsonl" ||
+      fail "jumbo generate's greedy tokens against the exported directory's full forward"
+  else
+    cat "$tmp/generate.log"
+    fail "jumbo generate failed (the decoding comparison)"
+  fi
 else
   cat "$tmp/eval.log"
   fail "jumbo eval --task --per-item failed (the comparison target)"
 fi
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "hf-gpt2 export: all checks passed"
+finish "all checks passed"

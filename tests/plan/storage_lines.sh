@@ -4,13 +4,8 @@
 # five integer key=value lines, in order), data bytes from the run's files, --fs-capacity, and
 # one-line errors with exit 2.
 # Usage: storage_lines.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 
 # A run of J1-Jumbo as inputs/runs/j1-jumbo.toml retains checkpoints, on data of known size.
 head -c 1000 /dev/zero >"$tmp/corpus.bin"
@@ -79,3 +74,4 @@ bad_flag --save-target-seconds 0
 [[ $? -eq 2 ]] && grep -q "no layout of j1-jumbo fits 1 nodes.*no storage to size" "$tmp/err.txt" ||
   { cat "$tmp/err.txt"; fail "--storage with no layout"; }
 echo "ok   errors: one line, exit 2"
+finish

@@ -3,21 +3,14 @@
 # streamed requests each get no errors, positive and ordered TTFT and inter-token latency
 # percentiles, a positive server/engine decode ratio; no `jumbo serve` child outlives it; a
 # bad flag exits 2 with one line naming it. Usage: bench_serve.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-make_small_data "$jumbo" "$tmp" || exit 1
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 train_small "$jumbo" 1 "$tmp" --set model.vocab=500 --set model.context=512 \
   --set train.global_batch=4 --set train.steps=20 --set checkpoint.every=20 \
   --set "checkpoint.dir=$tmp/ck" --set log.every=100 >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+  { cat "$tmp/train.log"; fail "training run"; finish; }
 
 "$jumbo" bench serve --checkpoint "$tmp/ck" --concurrency 1 4 --requests 12 --json \
   >"$tmp/bench.out" 2>"$tmp/bench.err" || fail "bench serve exited $?"
@@ -53,5 +46,4 @@ code=$?
 [[ $(wc -l <"$tmp/bad.err") == 1 ]] && grep -q -- "--concurrency 0" "$tmp/bad.err" ||
   fail "--concurrency 0: expected one line naming the flag, got: $(cat "$tmp/bad.err")"
 
-[[ $failures == 0 ]] && echo "bench_serve: all passed"
-exit $((failures > 0))
+finish

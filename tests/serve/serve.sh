@@ -5,26 +5,20 @@
 # length; a stream closed after its first chunk is cancelled and the server goes on; bad
 # requests get 400 naming the field; /v1/models; a full queue gets 429; SIGTERM exits 0;
 # under mpirun -np 2 --tp 2 the same request gives the one-rank text. Usage: serve.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-server_pid=
-trap 'stop_server_now; rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
 source tests/support/serve_harness.sh
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+server_pid=
+on_exit stop_server_now
 
-make_small_data "$jumbo" "$tmp" || exit 1
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 # A context of 512: room for a long stream in the disconnect check.
 # The chat template rides in the checkpoint (data.chat_template): the server takes it from there.
 train_small "$jumbo" 1 "$tmp" --set model.vocab=500 --set model.context=512 \
   --set data.chat_template=inputs/chat/jumbo-chat.toml \
   --set train.global_batch=4 --set train.steps=20 --set checkpoint.every=20 \
   --set "checkpoint.dir=$tmp/ck" --set log.every=100 >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+  { cat "$tmp/train.log"; fail "training run"; finish; }
 model=tiny@step_00000020
 
 # ---- the expectations: `jumbo generate --json`, one run per (seed, temperature, length) --
@@ -117,8 +111,4 @@ if start_server tp2 mpirun -np 2 "$jumbo" serve --checkpoint "$tmp/ck" --port 0 
   stop_server tp2 USR1
 fi
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "serve: all checks passed"
+finish "all checks passed"

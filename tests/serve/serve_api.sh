@@ -12,26 +12,20 @@
 #    nor a dropped connection;
 #  - https with --tls-cert/--tls-key and a self-signed certificate.
 # Every server must exit 0 on SIGTERM. Usage: serve_api.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-server_pid=
+source "$(dirname "$0")/../support/harness.sh" "$@"
 # JUMBO_TEST_KEEP=1 keeps the temporary directory (the servers' logs) for a look.
-trap 'stop_server_now; if [[ -n ${JUMBO_TEST_KEEP:-} ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi' EXIT
-cd "$repo"
 source tests/support/small_run.sh
 source tests/support/serve_harness.sh
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+server_pid=
+on_exit stop_server_now
 py=/usr/bin/python3  # Debian's: prometheus_client (python3-prometheus-client)
 npm_prefix=${JUMBO_NPM_PREFIX:-$HOME/.cache/jumbo/npm}
 
-make_small_data "$jumbo" "$tmp" || exit 1
+check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 train_small "$jumbo" 1 "$tmp" --set model.vocab=500 --set model.context=512 \
   --set train.global_batch=4 --set train.steps=20 --set checkpoint.every=20 \
   --set "checkpoint.dir=$tmp/ck" --set log.every=100 >"$tmp/train.log" 2>&1 ||
-  { cat "$tmp/train.log"; echo "FAIL: training run"; exit 1; }
+  { cat "$tmp/train.log"; fail "training run"; finish; }
 model=tiny@step_00000020
 
 # ---- the expectations: `jumbo generate --json` ------------------------------------------
@@ -195,8 +189,4 @@ else
   fail "openssl req: no self-signed certificate"
 fi
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "serve.api: all checks passed"
+finish "all checks passed"

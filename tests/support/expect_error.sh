@@ -1,6 +1,10 @@
-# Sourced by test scripts that set $tmp (a scratch directory) and fail() (report, and exit or
-# count). A user mistake must end in exit status 2 and one line on stderr, never a crash:
+# Sourced by test scripts after tests/support/harness.sh (its $tmp and fail). A user mistake
+# must end in exit status 2 and one line on stderr, never a crash:
 #   expect_error NAME REGEX COMMAND...   COMMAND's stderr line must match REGEX.
+if [[ -z ${harness_loaded:-} ]]; then
+  echo "expect_error.sh: source tests/support/harness.sh first" >&2
+  exit 1
+fi
 expect_error() {
   local name=$1 want=$2
   shift 2

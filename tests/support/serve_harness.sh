@@ -1,11 +1,15 @@
-# Sourced by the serve test scripts (after `tmp`, `fail` and `server_pid=` are set): a
+# Sourced after tests/support/harness.sh (or by a script that sets $tmp and a fail()): a
 # `jumbo serve` in the background, found by its listening line and stopped by PID.
 #   start_server NAME COMMAND...   starts it (stdout/stderr in $tmp/NAME.out/.err); sets
 #                                  server_pid and port from "listening on http(s)://HOST:PORT"
 #   stop_server NAME [SIGNAL]      SIGTERM (or SIGNAL); it must exit 0 having said it stopped.
 #                                  mpirun forwards SIGUSR1 to the ranks; a SIGTERM to mpirun
 #                                  reaches them too, but mpirun then exits 1 whatever they do
-#   stop_server_now                for traps: stops whatever runs, no checks
+#   stop_server_now                for on_exit: stops whatever runs, no checks
+if [[ -z ${tmp:-} ]] || ! declare -F fail >/dev/null; then
+  echo "serve_harness.sh: needs \$tmp and fail(): source tests/support/harness.sh first" >&2
+  exit 1
+fi
 stop_server_now() {
   if [[ -n ${server_pid:-} ]]; then
     kill -TERM "$server_pid" 2>/dev/null
