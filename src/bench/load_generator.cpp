@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "jumbo/backend/backend.h"
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/resolve.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/bench/bench_generate.h"

@@ -254,4 +254,23 @@ void add_shard_record(Manifest& m, const std::string& record_json) {
   }
 }
 
+std::optional<std::vector<char>> read_verified_shard_file(Storage& storage, const std::string& dir,
+                                                          const ShardFileInfo& f,
+                                                          std::string& why) {
+  const std::string url = storage.url(join_dir(dir, f.name));
+  std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, f.name));
+  if (!bytes) {
+    why = fmt::format("{}: shard file is missing", url);
+  } else if (static_cast<int64_t>(bytes->size()) != f.bytes) {
+    why = fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", url,
+                      bytes->size(), f.bytes);
+  } else if (const uint32_t crc = file_crc32(*bytes); crc != f.crc32) {
+    why = fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is corrupt)", url,
+                      crc, f.crc32);
+  } else {
+    return bytes;
+  }
+  return std::nullopt;
+}
+
 }  // namespace jumbo

@@ -8,8 +8,11 @@
 #include <memory>
 #include <string>
 
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/inspect.h"
+#include "jumbo/ckpt/resolve.h"
+#include "jumbo/ckpt/safetensors.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/infer/export_hf.h"
 #include "jumbo/train/reshard.h"
 #include "verbs.h"
@@ -36,7 +39,7 @@ void add_inspect(CLI::App& ckpt, VerbRunner& run) {
     run = [args] {
       const ResolvedCheckpoint ckpt = resolve_checkpoint(args->path, s3_from_environment());
       try {
-        fmt::print("{}", inspect_checkpoint(ckpt, args->verify));
+        fmt::print("{}", inspect_checkpoint(ckpt, args->verify, gpt_tensor_listing()));
       } catch (const CheckpointVerifyError& e) {
         fmt::print("{}", e.report);  // the report names each bad file; the error sums up
         std::fflush(stdout);
@@ -100,7 +103,7 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
         return 0;
       }
       const ExportStats s = export_safetensors(*ckpt.storage, ckpt.dir, ckpt.manifest,
-                                               args->output, args->dtype);
+                                               args->output, args->dtype, gpt_tensor_listing());
       fmt::print("wrote {}: {} tensors, {} parameters, {}, {:.1f} MiB, from {} (step {}) in "
                  "{:.1f} s\n", args->output, s.tensors, s.parameters, args->dtype,
                  static_cast<double>(s.bytes) / (1 << 20), ckpt.storage->url(ckpt.dir),

@@ -1,5 +1,7 @@
 #include "jumbo/infer/checkpoint_weights.h"
 
+#include "jumbo/model/checkpoint_names.h"
+
 #include <fmt/format.h>
 
 #include <vector>
@@ -66,5 +68,7 @@ void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& b
   }
   if (dp.size() > 1) dp.broadcast(params.all_weights(), 0);
 }
+
+TensorListing gpt_tensor_listing() { return {gpt_tensor_before, gpt_tensor_real_shape}; }
 
 }  // namespace jumbo

@@ -16,26 +16,23 @@
 #include <system_error>
 
 #include "jumbo/data/tokenizer.h"
+#include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/model/gpt.h"
 
 namespace jumbo {
 namespace {
 
-// One GPT-2 tensor, and the shape jumbo's source must have for the mapping to mean anything
-// (a future jumbo layout, grouped-query attention say, must fail here, not export garbage).
-struct Mapping {
-  SafetensorsTensor tensor;
-  std::vector<int64_t> source_shape;  // real shape: the word embedding by model.vocab rows
-};
-
-std::vector<Mapping> gpt2_mappings(const ModelConfig& m) {
+// GPT-2's tensors, each with the real shape jumbo's source must have for the mapping to mean
+// anything (a future jumbo layout, grouped-query attention say, must fail here, not export
+// garbage): the word embedding by model.vocab rows.
+std::vector<SafetensorsTensor> gpt2_mappings(const ModelConfig& m) {
   const int64_t c = m.d_model, f = m.ffn_dim();
-  std::vector<Mapping> out;
+  std::vector<SafetensorsTensor> out;
   // Conv1D (y = x W + b, W [in, out]) is the transpose of jumbo's Linear [out, in].
   auto add = [&out](std::string name, std::string source, std::vector<int64_t> shape,
                     bool transpose = false, std::vector<int64_t> order = {}) {
-    out.push_back({{std::move(name), std::move(source), std::move(order), transpose},
-                   std::move(shape)});
+    out.push_back({std::move(name), std::move(source), std::move(shape), std::move(order),
+                   transpose});
   };
   add("transformer.wte.weight", "embedding.word", {m.vocab, c});  // padding rows dropped
   add("transformer.wpe.weight", "embedding.position", {m.context, c});
@@ -149,21 +146,21 @@ TokenizerFiles load_tokenizer(const Manifest& manifest, const std::string& overr
 }
 
 // Checks that the checkpoint holds exactly the tensors GPT-2 has, in the shapes it needs.
-void check_tensors(const ResolvedCheckpoint& ckpt, const std::vector<Mapping>& mappings) {
+void check_tensors(const ResolvedCheckpoint& ckpt, const std::vector<SafetensorsTensor>& mappings) {
   const std::string where = ckpt.storage->url(join_dir(ckpt.dir, "manifest.json"));
   std::set<std::string> mapped;
-  for (const Mapping& mp : mappings) {
-    mapped.insert(mp.tensor.source);
-    if (!ckpt.manifest.tensors.count(mp.tensor.source)) {
-      throw UserError(fmt::format("{}: no tensor {}, which GPT-2's {} needs", where,
-                                  mp.tensor.source, mp.tensor.name));
+  for (const SafetensorsTensor& mp : mappings) {
+    mapped.insert(mp.source);
+    if (!ckpt.manifest.tensors.count(mp.source)) {
+      throw UserError(fmt::format("{}: no tensor {}, which GPT-2's {} needs", where, mp.source,
+                                  mp.name));
     }
-    const std::vector<int64_t> shape = checkpoint_tensor_shape(ckpt.manifest, mp.tensor.source);
-    if (shape != mp.source_shape) {
+    const std::vector<int64_t> shape =
+        checkpoint_tensor_shape(ckpt.manifest, mp.source, gpt_tensor_listing());
+    if (shape != mp.shape) {
       throw UserError(fmt::format("{}: tensor {} is [{}], GPT-2's {} needs [{}] (--format "
-                                  "hf-gpt2 cannot express this model)", where, mp.tensor.source,
-                                  fmt::join(shape, ", "), mp.tensor.name,
-                                  fmt::join(mp.source_shape, ", ")));
+                                  "hf-gpt2 cannot express this model)", where, mp.source,
+                                  fmt::join(shape, ", "), mp.name, fmt::join(mp.shape, ", ")));
     }
   }
   for (const auto& [name, pieces] : ckpt.manifest.tensors) {
@@ -189,9 +186,7 @@ std::vector<int64_t> hf_gpt2_qkv_order(int64_t d_model, int64_t heads) {
 }
 
 std::vector<SafetensorsTensor> hf_gpt2_tensors(const ModelConfig& model) {
-  std::vector<SafetensorsTensor> out;
-  for (Mapping& mp : gpt2_mappings(model)) out.push_back(std::move(mp.tensor));
-  return out;
+  return gpt2_mappings(model);
 }
 
 HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& opts) {
@@ -210,7 +205,7 @@ HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& 
                                 "for the GPT-2 files", opts.out_dir));
   }
   const Manifest& m = ckpt.manifest;
-  const std::vector<Mapping> mappings = gpt2_mappings(m.model);
+  const std::vector<SafetensorsTensor> mappings = gpt2_mappings(m.model);
   check_tensors(ckpt, mappings);
   const TokenizerFiles tok = load_tokenizer(m, opts.tokenizer);
 
@@ -229,13 +224,11 @@ HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& 
     // last, so a directory that transformers can load is a complete one. An earlier export's
     // config.json goes first, or a failure here would leave it over a mix of old and new.
     fs::remove(fs::path(opts.out_dir) / "config.json", ec);
-    std::vector<SafetensorsTensor> tensors;
-    for (const Mapping& mp : mappings) tensors.push_back(mp.tensor);
     SafetensorsMetadata meta = checkpoint_metadata(*ckpt.storage, ckpt.dir, m, opts.dtype);
     meta.emplace_back("names", "hf-gpt2");  // GPT-2's names and Conv1D layout, not jumbo's
     stats.weights = write_safetensors(*ckpt.storage, ckpt.dir, m,
                                       (fs::path(opts.out_dir) / "model.safetensors").string(),
-                                      opts.dtype, tensors, meta);
+                                      opts.dtype, mappings, meta);
     auto write = [&out](const std::string& name, const std::string& text) {
       out->write(name, text.data(), text.size());
     };

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "jumbo/model/checkpoint_names.h"
+
 namespace jumbo {
 namespace {
 
@@ -87,7 +89,7 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
   // The tied embedding comes first in the flat buffer on the first and the last stage: its
   // gradient is final only after the embedding-group sum, so its bucket is reduced last.
   if (opts.has_embedding || opts.has_head) {
-    ParamInfo wte = make_param("embedding.word", {vocab_padded, c}, {tp_rank * vocab_local, 0},
+    ParamInfo wte = make_param(kGptWordEmbedding, {vocab_padded, c}, {tp_rank * vocab_local, 0},
                                {vocab_local, c}, N, std, true, false);
     wte.tied_embedding = true;
     wte.pipeline_copy = !opts.has_embedding;

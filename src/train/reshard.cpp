@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "jumbo/ckpt/checkpointer.h"
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/resolve.h"
 #include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/checkpoint_io.h"
 

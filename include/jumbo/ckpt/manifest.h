@@ -3,10 +3,12 @@
 // presence marks a complete checkpoint. See docs/checkpoint-format.md.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "jumbo/ckpt/shard.h"
+#include "jumbo/ckpt/storage.h"
 #include "jumbo/config/config.h"
 
 namespace jumbo {
@@ -75,5 +77,11 @@ void add_shard_record(Manifest& m, const std::string& record_json);
 // "step_00001200" for step 1200, and back (-1 when the name is not one).
 std::string checkpoint_dir_name(int64_t step);
 int64_t checkpoint_step_of(const std::string& dir_name);
+
+// Reads one shard file whole and checks it against the manifest's size and CRC-32; nullopt and
+// `why` (one line naming the file) when it is missing or differs. Inspection and export.
+std::optional<std::vector<char>> read_verified_shard_file(Storage& storage, const std::string& dir,
+                                                          const ShardFileInfo& f,
+                                                          std::string& why);
 
 }  // namespace jumbo

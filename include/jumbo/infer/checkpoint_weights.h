@@ -5,7 +5,8 @@
 #include <string>
 
 #include "jumbo/backend/backend.h"
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/resolve.h"
+#include "jumbo/ckpt/tensor_listing.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/model/params.h"
 
@@ -20,5 +21,9 @@ ResolvedCheckpoint open_checkpoint(const std::string& path, const S3Options& s3,
 // layout, its shapes from gpt_stage_params) from the checkpoint and the replicas receive them;
 // then the compute copy is refreshed. Throws UserError naming the file or tensor.
 void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp);
+
+// jumbo's GPT as the checkpoint tools list it (model/checkpoint_names.h): for inspect and the
+// exports.
+TensorListing gpt_tensor_listing();
 
 }  // namespace jumbo

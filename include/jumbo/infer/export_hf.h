@@ -3,13 +3,14 @@
 // (config.json, model.safetensors, the SentencePiece tokenizer and its configs), loadable by
 // transformers' GPT2LMHeadModel. jumbo's model is GPT-2's architecture (docs/hf-export.md);
 // only names and layouts change, so this knowledge lives here, above the model and the
-// tokenizer, while ckpt/ writes the file without knowing either (ckpt/tools.h,
+// tokenizer, while ckpt/ writes the file without knowing either (ckpt/safetensors.h,
 // write_safetensors).
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/resolve.h"
+#include "jumbo/ckpt/safetensors.h"
 #include "jumbo/config/config.h"
 
 namespace jumbo {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "jumbo/backend/backend.h"
-#include "jumbo/ckpt/tools.h"
+#include "jumbo/ckpt/resolve.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/infer/engine.h"

@@ -1,14 +1,15 @@
-// Offline checkpoint tools: resolve, inspect/verify, export to safetensors.
-#include "jumbo/ckpt/tools.h"
+// The one safetensors writer (ckpt/safetensors.h): streams a checkpoint's pieces into a
+// memory-mapped output, each tensor rearranged as its caller says.
+#include "jumbo/ckpt/safetensors.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -16,84 +17,16 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <tuple>
 
 #include "jumbo/backend/bf16.h"
 #include "jumbo/ckpt/shard.h"
-#include "jumbo/obs/metrics.h"
+#include "jumbo/config/config.h"
 
 namespace jumbo {
 namespace {
 
-
 // safetensors and our raw writes are little endian; so is every host jumbo runs on.
 static_assert(std::endian::native == std::endian::little, "export assumes a little-endian host");
-
-constexpr const char* kWordEmbedding = "embedding.word";  // the one tensor with padded rows
-
-
-
-// Reads one shard file whole and checks it against the manifest's size and CRC-32; nullopt and
-// `why` (one line naming the file) when it is missing or differs.
-std::optional<std::vector<char>> read_verified(Storage& storage, const std::string& dir,
-                                               const ShardFileInfo& f, std::string& why) {
-  const std::string url = storage.url(join_dir(dir, f.name));
-  std::optional<std::vector<char>> bytes = storage.read(join_dir(dir, f.name));
-  if (!bytes) {
-    why = fmt::format("{}: shard file is missing", url);
-  } else if (static_cast<int64_t>(bytes->size()) != f.bytes) {
-    why = fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", url,
-                      bytes->size(), f.bytes);
-  } else if (const uint32_t crc = file_crc32(*bytes); crc != f.crc32) {
-    why = fmt::format("{}: CRC-32 {:08x}, the manifest says {:08x} (the file is corrupt)", url,
-                      crc, f.crc32);
-  } else {
-    return bytes;
-  }
-  return std::nullopt;
-}
-
-// Tensors in model order: embeddings, layers by number (layers.2 before layers.10), the rest.
-bool model_order(const std::string& a, const std::string& b) {
-  auto key = [](const std::string& n) {
-    int group = 2;
-    long long layer = -1;
-    std::string rest = n;
-    if (n.rfind("embedding.", 0) == 0) {
-      group = 0;
-    } else if (n.rfind("layers.", 0) == 0) {
-      group = 1;
-      size_t end = 7;
-      while (end < n.size() && std::isdigit(static_cast<unsigned char>(n[end]))) ++end;
-      if (end > 7 && end - 7 < 18) layer = std::stoll(n.substr(7, end - 7));
-      rest = n.substr(end);
-    }
-    return std::make_tuple(group, layer, rest);
-  };
-  return key(a) < key(b);
-}
-
-std::vector<std::string> tensor_names(const Manifest& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, pieces] : m.tensors) names.push_back(name);
-  std::sort(names.begin(), names.end(), model_order);
-  return names;
-}
-
-// The real shape of a tensor: the global shape, but the word embedding keeps only model.vocab
-// rows (the rest pads the vocabulary to a multiple of vocab_multiple x tp).
-std::vector<int64_t> real_shape(const Manifest& m, const std::string& name,
-                                const std::vector<int64_t>& global, const std::string& where) {
-  std::vector<int64_t> shape = global;
-  if (name == kWordEmbedding && !shape.empty()) {
-    if (m.model.vocab <= 0 || m.model.vocab > shape[0]) {
-      throw UserError(fmt::format("{}: {} has {} rows, fewer than model.vocab = {}", where, name,
-                                  shape[0], m.model.vocab));
-    }
-    shape[0] = m.model.vocab;
-  }
-  return shape;
-}
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -214,161 +147,14 @@ struct Placement {
 
 }  // namespace
 
-// ---- resolve --------------------------------------------------------------------------------
-
-ResolvedCheckpoint resolve_checkpoint(const std::string& path, const S3Options& s3) {
-  const StoragePath where = split_storage_path(path);
-  // Opening file storage creates its directory: look before, so a typo creates nothing.
-  if (where.missing) throw UserError(fmt::format("{}: no such checkpoint directory", path));
-  const std::string& p = where.path;
-  const std::string& parent = where.parent;  // empty: PATH can only be a root (a bucket, "/")
-  const std::string& base = where.name;
-  ResolvedCheckpoint out;
-  std::optional<std::vector<char>> text;
-  if (!parent.empty() && !base.empty()) {
-    out.storage = open_storage(parent, s3);
-    out.dir = base;
-    text = out.storage->read(join_dir(base, "manifest.json"));
-  }
-  if (!text) {
-    // Not a checkpoint directory: a root whose `latest` names the newest one?
-    std::unique_ptr<Storage> root = open_storage(p, s3);
-    const std::optional<std::vector<char>> latest = root->read("latest");
-    if (!latest) {
-      throw UserError(fmt::format("{}: neither a checkpoint directory (no manifest.json) nor a "
-                                  "checkpoint root (no `latest` file)", path));
-    }
-    std::string name(latest->begin(), latest->end());
-    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-    if (name.empty() || name.find('/') != std::string::npos) {
-      throw UserError(fmt::format("{}: does not name a step directory", root->url("latest")));
-    }
-    text = root->read(join_dir(name, "manifest.json"));
-    if (!text) {
-      throw UserError(fmt::format("{} names {}, but {} does not exist", root->url("latest"), name,
-                                  root->url(join_dir(name, "manifest.json"))));
-    }
-    out.storage = std::move(root);
-    out.dir = name;
-  }
-  out.manifest = parse_manifest(std::string(text->begin(), text->end()),
-                                out.storage->url(join_dir(out.dir, "manifest.json")));
-  return out;
-}
-
-// ---- inspect --------------------------------------------------------------------------------
-
-std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify) {
-  const Manifest& m = ckpt.manifest;
-  Storage& storage = *ckpt.storage;
-  const std::string where = storage.url(join_dir(ckpt.dir, "manifest.json"));
-  std::string r;
-  auto line = [&r](const std::string& s) { r += s + "\n"; };
-  const CheckpointProgress& p = m.progress;
-  line(fmt::format("checkpoint {} (format version {})", storage.url(ckpt.dir), m.format_version));
-  line(fmt::format("step {}: {} samples, {} tokens consumed; {} optimizer steps; seed {}; last "
-                   "lr {:.6g}, global batch {}", p.step, p.consumed_samples, p.consumed_tokens,
-                   p.optimizer_steps, p.seed, p.lr, p.global_batch));
-  const ModelConfig& mc = m.model;
-  line(fmt::format("model {}: {} layers, d_model {}, {} heads, ffn {}, vocab {} (multiple {}), "
-                   "context {}", mc.name, mc.layers, mc.d_model, mc.heads, mc.ffn_dim(), mc.vocab,
-                   mc.vocab_multiple, mc.context));
-  const Layout& l = m.layout;
-  line(fmt::format("saved with tp {} x pp {} x dp {}, ZeRO-1 {}, virtual stages {}, stage layers "
-                   "[{}], precision {}", l.tp, l.pp, l.dp, l.zero1 ? "on" : "off",
-                   l.virtual_stages, fmt::join(l.stage_layers, ", "), to_string(m.precision)));
-  if (!m.data_train.empty() || !m.tokenizer.empty()) {
-    line(fmt::format("data {}, tokenizer {}", m.data_train.describe(), m.tokenizer));
-  }
-  int64_t total = 0, lo = 0, hi = 0;
-  for (const ShardFileInfo& f : m.files) {
-    lo = &f == &m.files.front() ? f.bytes : std::min(lo, f.bytes);
-    hi = std::max(hi, f.bytes);
-    total += f.bytes;
-  }
-  const double mean = m.files.empty() ? 0.0 : static_cast<double>(total) / m.files.size();
-  line(fmt::format("files: {}, {} ({} bytes); per file min {}, max {}, mean {}", m.files.size(),
-                   human_bytes(total, 2), total, human_bytes(lo, 2), human_bytes(hi, 2),
-                   human_bytes(mean, 2)));
-
-  // The tensor table.
-  const std::vector<std::string> names = tensor_names(m);
-  size_t width = 6;
-  for (const std::string& n : names) width = std::max(width, n.size());
-  line("");
-  line(fmt::format("{:<{}}  {:<16} {:>6} {:>14}", "tensor", width, "global shape", "shards",
-                   "parameters"));
-  int64_t params = 0;
-  for (const std::string& name : names) {
-    const std::vector<StoredPiece>& pieces = m.tensors.at(name);
-    const std::vector<int64_t>& global = pieces.front().piece.global_shape;
-    const int64_t n = numel(real_shape(m, name, global, where));
-    params += n;
-    const std::string note = n != numel(global) ? fmt::format("  ({} of {} rows; the rest is "
-                                                              "padding)", mc.vocab, global[0])
-                                                : "";
-    line(fmt::format("{:<{}}  {:<16} {:>6} {:>14}{}", name, width,
-                     fmt::format("[{}]", fmt::join(global, ", ")), pieces.size(), n, note));
-  }
-  line(fmt::format("total parameters: {} ({:.2f}M) in {} tensors, each tensor once, {} by its "
-                   "{} vocabulary rows", params, static_cast<double>(params) / 1e6, names.size(),
-                   kWordEmbedding, mc.vocab));
-  if (!verify) return r;
-
-  // Verification: every file whole, its size and CRC-32, and the pieces it holds.
-  line("");
-  std::vector<std::string> bad;
-  for (size_t i = 0; i < m.files.size(); ++i) {
-    const ShardFileInfo& f = m.files[i];
-    std::string why;
-    std::optional<std::vector<char>> bytes = read_verified(storage, ckpt.dir, f, why);
-    if (bytes) {
-      try {
-        using Key = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
-                               std::vector<int64_t>, int64_t, int64_t>;
-        auto key = [](const TensorPiece& t) {
-          return Key{t.name, t.global_shape, t.offset, t.shape, t.flat_begin, t.flat_end};
-        };
-        std::set<Key> listed, held;
-        for (const auto& [name, pieces] : m.tensors) {
-          for (const StoredPiece& sp : pieces) {
-            if (sp.file == static_cast<int>(i)) listed.insert(key(sp.piece));
-          }
-        }
-        ShardReader reader(*bytes, storage.url(join_dir(ckpt.dir, f.name)));
-        for (const TensorPiece& t : reader.pieces()) held.insert(key(t));
-        if (listed != held) {
-          why = fmt::format("{}: holds {} pieces, the manifest lists {} for it, and they differ",
-                            storage.url(join_dir(ckpt.dir, f.name)), held.size(), listed.size());
-        }
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-    }
-    if (!why.empty()) {
-      bad.push_back(f.name);
-      line("BAD " + why);
-    }
-  }
-  line(fmt::format("verify: {} of {} files ok (size, CRC-32 and pieces as the manifest says)",
-                   m.files.size() - bad.size(), m.files.size()));
-  if (!bad.empty()) {
-    throw CheckpointVerifyError(
-        fmt::format("{}: {} of {} shard files failed verification: {}", storage.url(ckpt.dir),
-                    bad.size(), m.files.size(), fmt::join(bad, ", ")),
-        r);
-  }
-  return r;
-}
-
-// ---- export ---------------------------------------------------------------------------------
-
-std::vector<int64_t> checkpoint_tensor_shape(const Manifest& manifest, const std::string& name) {
+std::vector<int64_t> checkpoint_tensor_shape(const Manifest& manifest, const std::string& name,
+                                             const TensorListing& listing) {
   const auto it = manifest.tensors.find(name);
   if (it == manifest.tensors.end() || it->second.empty()) {
     throw UserError(fmt::format("the checkpoint has no tensor {}", name));
   }
-  return real_shape(manifest, name, it->second.front().piece.global_shape, "checkpoint");
+  return listing.real_shape(manifest.model, name, it->second.front().piece.global_shape,
+                            "checkpoint");
 }
 
 SafetensorsMetadata checkpoint_metadata(const Storage& storage, const std::string& dir,
@@ -426,7 +212,14 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
     }
     Out o;
     o.global = it->second.front().piece.global_shape;
-    o.shape = real_shape(manifest, t.source, o.global, where);
+    o.shape = t.shape;
+    // The real shape is the stored one with its first dimension cut, or as stored.
+    if (o.shape.size() != o.global.size() || (!o.shape.empty() && o.shape[0] > o.global[0]) ||
+        (o.shape.size() == 2 && o.shape[1] != o.global[1])) {
+      throw std::logic_error(fmt::format("write_safetensors: {}: shape [{}] is not the stored "
+                                         "[{}] or fewer of its rows", t.name,
+                                         fmt::join(o.shape, ", "), fmt::join(o.global, ", ")));
+    }
     o.numel = numel(o.shape);
     o.place.rows = o.shape.empty() ? 1 : o.shape[0];
     o.place.cols = o.shape.size() == 2 ? o.shape[1] : 1;
@@ -482,7 +275,7 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
     if (by_file[i].empty()) continue;
     std::string why;
     const std::optional<std::vector<char>> bytes =
-        read_verified(storage, dir, manifest.files[i], why);
+        read_verified_shard_file(storage, dir, manifest.files[i], why);
     if (!bytes) throw UserError(why);
     ShardReader reader(*bytes, storage.url(join_dir(dir, manifest.files[i].name)));
     for (const StoredPiece* sp : by_file[i]) {
@@ -514,9 +307,17 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
 }
 
 ExportStats export_safetensors(Storage& storage, const std::string& dir, const Manifest& manifest,
-                               const std::string& out_path, const std::string& dtype) {
+                               const std::string& out_path, const std::string& dtype,
+                               const TensorListing& listing) {
+  std::vector<std::string> names;
+  for (const auto& [name, pieces] : manifest.tensors) names.push_back(name);
+  std::sort(names.begin(), names.end(), listing.before);
   std::vector<SafetensorsTensor> tensors;
-  for (const std::string& name : tensor_names(manifest)) tensors.push_back({name, name, {}, false});
+  for (const std::string& name : names) {
+    tensors.push_back({.name = name, .source = name,
+                       .shape = checkpoint_tensor_shape(manifest, name, listing),
+                       .row_order = {}, .transpose = false});
+  }
   return write_safetensors(storage, dir, manifest, out_path, dtype, tensors,
                            checkpoint_metadata(storage, dir, manifest, dtype));
 }
