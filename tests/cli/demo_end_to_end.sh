@@ -6,12 +6,9 @@
 # (the full demo ends near 5.66, 2.66 below; 150 steps end near 6.1). Then the campaign's last
 # steps on its checkpoint: jumbo eval of the validation split and the shipped last-word task
 # (above chance), and jumbo generate. Usage: demo_end_to_end.sh JUMBO REPO
-set -euo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$repo"
+source "$(dirname "$0")/../support/harness.sh" "$@"
+abort_on_error
+stop_at_first_failure
 
 start=$(date +%s)
 JUMBO_BUILD_DIR=$(dirname "$jumbo") JUMBO_DEMO_DIR=$tmp bash scripts/demo.sh \
@@ -48,3 +45,4 @@ print(f"ok: eval loss {d['loss']:.4f} over {d['tokens']} tokens, {d['bits_per_by
 PY
 "$jumbo" generate --checkpoint "$tmp/ckpt" --prompt "The jury said" --max-new-tokens 24 | tee "$tmp/gen.txt"
 grep -q "^The jury said." "$tmp/gen.txt" || { echo "FAIL: no completion"; exit 1; }
+finish

@@ -17,26 +17,22 @@
 # Every job is submitted by the harness's unprivileged job user (as on ParallelCluster); root
 # only runs the harness and `mpirun --host` outside Slurm (its rsh agent enters namespaces).
 # Usage: multihost.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_multihost.sh
 cleanup() {
   stop_multihost
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
+on_exit cleanup
 # Not a failure of jumbo: ctest reports it skipped (SKIP_RETURN_CODE 77).
-multihost_possible || { echo "SKIP: no hosts can be made on this machine"; exit 77; }
-fail() {
-  echo "FAIL: $*"
+multihost_possible || skip "no hosts can be made on this machine"
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -80 "$log"; }
   multihost_logs
-  exit 1
 }
+on_failure failure_logs
 t_start=$SECONDS
 
 mkdir -p "$tmp/data" "$tmp/logs"
@@ -233,3 +229,4 @@ done
 echo "ok: slurm/preflight.sh (CPU form) on host1 and host2 in $((SECONDS - t0)) s; a failed" \
   "stage named: $(grep '^preflight: FAILED' "$log")"
 echo "ok: all in $((SECONDS - t_start)) s"
+finish

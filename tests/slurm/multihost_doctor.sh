@@ -17,27 +17,23 @@
 # doctor's first checks were collective: host2 or host3 hung the whole step, which timed out
 # with no failed-node line.
 # Usage: multihost_doctor.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_multihost.sh
 cleanup() {
   stop_multihost
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-multihost_possible || { echo "SKIP: no hosts can be made on this machine"; exit 77; }
-command -v cc >/dev/null || { echo "SKIP: no C compiler for the injected libraries"; exit 77; }
-fail() {
-  echo "FAIL: $*"
+on_exit cleanup
+multihost_possible || skip "no hosts can be made on this machine"
+command -v cc >/dev/null || skip "no C compiler for the injected libraries"
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -60 "$log"; }
   [[ -n ${id:-} ]] && scontrol show job "$id"
   multihost_logs
-  exit 1
 }
+on_failure failure_logs
 # The harness may run jobs as an unprivileged user (as_job_user) or as the caller.
 declare -F as_job_user >/dev/null || as_job_user() { "$@"; }
 t_start=$SECONDS
@@ -163,3 +159,4 @@ expect_one 'jumbo-slurm: doctor: (drained|could not drain) host2 ' "the drain (o
 grep "jumbo-slurm: \(doctor\|not requeued\)\|^[0-9]*: doctor:" "$log"
 echo "ok: host2 without a report named and drained after the 8 s step timeout, host1 and host3" \
   "passed ($((SECONDS - t0)) s); all in $((SECONDS - t_start)) s"
+finish

@@ -17,27 +17,23 @@
 #    bit for bit.
 # The job is submitted by the harness's unprivileged job user, as on ParallelCluster.
 # Usage: multihost_hostfail.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_multihost.sh
 cleanup() {
   stop_multihost
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
+on_exit cleanup
 # Not a failure of jumbo: ctest reports it skipped (SKIP_RETURN_CODE 77).
-multihost_possible || { echo "SKIP: no hosts can be made on this machine"; exit 77; }
-fail() {
-  echo "FAIL: $*"
+multihost_possible || skip "no hosts can be made on this machine"
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -60 "$log"; }
   [[ -n ${id:-} ]] && scontrol show job "$id"
   multihost_logs
-  exit 1
 }
+on_failure failure_logs
 t_start=$SECONDS
 steps=200
 timeout_s=10
@@ -157,3 +153,4 @@ EOF
 grep "jumbo-slurm: \(requeued\|not requeued\|jumbo train exited\|job \)\|resumed from\|has waited" "$log"
 echo "ok: host2 went away and came back: job $id requeued, resumed from step $saved, COMPLETED;" \
   "all in $((SECONDS - t_start)) s"
+finish

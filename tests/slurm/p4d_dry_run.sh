@@ -16,15 +16,12 @@
 # CUDA directories (slurmd and the job inherit it; nothing outside changes). Elsewhere the NCCL
 # line may be "ok", naming the file it found.
 # Usage: p4d_dry_run.sh JUMBO REPO
-set -uo pipefail
 if [[ -z ${JUMBO_P4D_NAMESPACE:-} && $(id -u) == 0 ]] && command -v unshare >/dev/null &&
   unshare --mount true 2>/dev/null; then
   exec unshare --mount --propagation private env JUMBO_P4D_NAMESPACE=1 bash "$0" "$@"
 fi
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/slurm_cluster.sh
 node=$(hostname -s)
 cleanup() {
@@ -36,14 +33,13 @@ cleanup() {
     [[ $state == drain* || $state == drng ]] && echo "FAIL: cleanup: node $node is still $state"
   fi
   stop_slurm
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+on_exit cleanup
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -60 "$log"; }
-  exit 1
 }
+on_failure failure_logs
 
 nccl_hidden=0
 if [[ -n ${JUMBO_P4D_NAMESPACE:-} ]]; then
@@ -116,3 +112,4 @@ state=$(sinfo -h -n "$node" -o %t)
 echo "ok: sbatch --nodes=2 refused by the one-node partition, slurm/train_jumbo.sh accepted"
 echo "ok: the p4d job of $JUMBO_JOB_USER stopped in the doctor (GPU, NCCL$( ((nccl_hidden)) || echo ' (present here)'), plugin, EFA," \
   "build), drained $node, not requeued, never trained; node resumed ($((SECONDS - t0)) s)"
+finish

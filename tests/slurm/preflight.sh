@@ -14,13 +14,8 @@
 #  4. `jumbo bench train --config` of a tiny run on 2 MPI ranks (tp 2): the machine-readable
 #     line with the layout, "plan=na ratio=na" on the CPU; and a bad --nodes refused in one line.
 # Usage: preflight.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-cd "$repo" || exit 1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 # shellcheck source=slurm/preflight.sh
 source slurm/preflight.sh || fail "slurm/preflight.sh cannot be sourced"
 t0=$SECONDS
@@ -128,3 +123,4 @@ rc=$?
   fail "--nodes 3 on 2 ranks: exit $rc: $out"
 echo "ok: --nodes 3 on 2 ranks refused (exit 2)"
 echo "ok: all in $((SECONDS - t0)) s"
+finish

@@ -22,23 +22,19 @@
 # Every job is submitted (and signalled) by the harness's unprivileged job user
 # (tests/support/slurm_cluster.sh), as on ParallelCluster.
 # Usage: requeue.sh JUMBO REPO   (JUMBO with graceful stop: exit 75 on SIGUSR1)
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_cluster.sh
 cleanup() {
   stop_slurm
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+on_exit cleanup
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -60 "$log"; }
-  exit 1
 }
+on_failure failure_logs
 steps=600
 
 mkdir -p "$tmp/data" "$tmp/logs"
@@ -272,3 +268,4 @@ grep -q "jumbo-slurm: not requeued because jumbo stopped gracefully (exit 75) ah
 grep "jumbo-slurm: \(deadline\|not requeued\|jumbo train exited\)\|^stopping after" "$log"
 echo "ok: deadline stop: checkpoint step $stopped saved $((end - saved_at)) s before JUMBO_END_TIME," \
   "exit 75, not requeued; cases 3 and 4 (beside 2) in $((SECONDS - t34)) s"
+finish

@@ -5,24 +5,20 @@
 # with one row per task, numeric losses, sorted by validation loss. Submitted by the
 # harness's unprivileged job user (tests/support/slurm_cluster.sh), as on ParallelCluster.
 # Usage: sweep.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_cluster.sh
 cleanup() {
   stop_slurm
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+on_exit cleanup
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   local f
   for f in "$tmp"/sweep/logs/*.out; do [[ -f $f ]] && { echo "== $f"; tail -30 "$f"; }; done
-  exit 1
 }
+on_failure failure_logs
 
 mkdir -p "$tmp/data"
 make_small_data "$jumbo" "$tmp/data" || fail "could not make the small dataset"
@@ -104,3 +100,4 @@ for i in 0 1 2; do
     fail "task $i: the common argument or the override is missing from the launch line"
 done
 echo "ok: sweep of 3 tasks in $((SECONDS - t0)) s"
+finish

@@ -8,23 +8,19 @@
 # `jumbo plan --best` for 1 node x 4 ranks. Every job is submitted by the harness's
 # unprivileged job user (tests/support/slurm_cluster.sh), as on ParallelCluster.
 # Usage: train.sh JUMBO REPO
-set -uo pipefail
-jumbo=$1
-repo=$2
-tmp=$(mktemp -d)
-cd "$repo" || exit 1
+source "$(dirname "$0")/../support/harness.sh" "$@"
+stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_cluster.sh
 cleanup() {
   stop_slurm
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+on_exit cleanup
+# What a failure shows before the cleanup: the logs it needs.
+failure_logs() {
   [[ -n ${log:-} && -f $log ]] && { echo "== $log"; tail -80 "$log"; }
-  exit 1
 }
+on_failure failure_logs
 
 mkdir -p "$tmp/data"
 make_small_data "$jumbo" "$tmp/data" || fail "could not make the small dataset"
@@ -142,3 +138,4 @@ check_failed "$fails" 3 1 \
 check_failed "$sick" 1 0 "fake jumbo: doctor fails" \
   "jumbo-slurm: not requeued because jumbo doctor failed"
 echo "ok: input mistake, repeated failure and failed doctor end FAILED as intended in $((SECONDS - t0)) s"
+finish
