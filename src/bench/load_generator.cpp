@@ -1,4 +1,4 @@
-// `jumbo bench serve` (serve/load_generator.h): the server as a child process, C client
+// `jumbo bench serve` (bench/load_generator.h): the server as a child process, C client
 // threads per level, streamed completions timed chunk by chunk, the engine alone to compare.
 #include "jumbo/bench/load_generator.h"
 

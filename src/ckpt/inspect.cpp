@@ -14,15 +14,6 @@
 #include "jumbo/obs/metrics.h"
 
 namespace jumbo {
-namespace {
-
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-}  // namespace
 
 std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify,
                                const TensorListing& listing) {
@@ -59,9 +50,7 @@ std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify,
                    human_bytes(mean, 2)));
 
   // The tensor table.
-  std::vector<std::string> names;
-  for (const auto& [name, pieces] : m.tensors) names.push_back(name);
-  std::sort(names.begin(), names.end(), listing.before);
+  const std::vector<std::string> names = listing.names_of(m);
   size_t width = 6;
   for (const std::string& n : names) width = std::max(width, n.size());
   line("");
@@ -72,11 +61,12 @@ std::string inspect_checkpoint(const ResolvedCheckpoint& ckpt, bool verify,
     const std::vector<StoredPiece>& pieces = m.tensors.at(name);
     const std::vector<int64_t>& global = pieces.front().piece.global_shape;
     const std::vector<int64_t> shape = listing.real_shape(mc, name, global, where);
-    const int64_t n = numel(shape);
+    const int64_t n = shape_numel(shape);
     params += n;
-    const std::string note = n != numel(global) ? fmt::format("  ({} of {} rows; the rest is "
-                                                              "padding)", shape[0], global[0])
-                                                : "";
+    const std::string note =
+        n != shape_numel(global)
+            ? fmt::format("  ({} of {} rows; the rest is padding)", shape[0], global[0])
+            : "";
     line(fmt::format("{:<{}}  {:<16} {:>6} {:>14}{}", name, width,
                      fmt::format("[{}]", fmt::join(global, ", ")), pieces.size(), n, note));
   }

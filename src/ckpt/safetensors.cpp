@@ -28,12 +28,6 @@ namespace {
 // safetensors and our raw writes are little endian; so is every host jumbo runs on.
 static_assert(std::endian::native == std::endian::little, "export assumes a little-endian host");
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // The elements of one exported tensor written so far, as disjoint [begin, end) runs: pieces
 // replicated over tensor-parallel ranks (norms, biases) overlap, and must count once.
 class Coverage {
@@ -220,7 +214,7 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
                                          "[{}] or fewer of its rows", t.name,
                                          fmt::join(o.shape, ", "), fmt::join(o.global, ", ")));
     }
-    o.numel = numel(o.shape);
+    o.numel = shape_numel(o.shape);
     o.place.rows = o.shape.empty() ? 1 : o.shape[0];
     o.place.cols = o.shape.size() == 2 ? o.shape[1] : 1;
     o.place.order = &t.row_order;
@@ -309,9 +303,7 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
 ExportStats export_safetensors(Storage& storage, const std::string& dir, const Manifest& manifest,
                                const std::string& out_path, const std::string& dtype,
                                const TensorListing& listing) {
-  std::vector<std::string> names;
-  for (const auto& [name, pieces] : manifest.tensors) names.push_back(name);
-  std::sort(names.begin(), names.end(), listing.before);
+  const std::vector<std::string> names = listing.names_of(manifest);
   std::vector<SafetensorsTensor> tensors;
   for (const std::string& name : names) {
     tensors.push_back({.name = name, .source = name,

@@ -108,9 +108,11 @@ uint32_t file_crc32(const std::vector<char>& bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-int64_t TensorPiece::rect_numel() const {
+int64_t shape_numel(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
+
+int64_t TensorPiece::rect_numel() const { return shape_numel(shape); }
 
 std::string TensorPiece::dataset(const char* state) const {
   if (whole()) return fmt::format("{}/{}", state, name);

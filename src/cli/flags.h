@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 
 #include "jumbo/config/config.h"
@@ -17,18 +18,21 @@ inline CLI::ValidationError flag_error(const std::string& flag, const std::strin
   return CLI::ValidationError(fmt::format("{} {}: expected {}", flag, value, expected));
 }
 
+// A config enum's value named by a flag, or the flag's one-line error.
+template <typename E>
+E choice_of_flag(const std::string& flag, const std::string& text) {
+  const std::optional<E> parsed = parse_choice<E>(text);
+  if (!parsed) throw flag_error(flag, text, choice_names<E>());
+  return *parsed;
+}
+
 // A flag that takes one of a config enum's names (--device cpu|cuda, --precision fp32|bf16).
 template <typename E>
 CLI::Option* add_choice_flag(CLI::App& cmd, const std::string& flag, E& value,
                              const std::string& help) {
   return cmd
       .add_option_function<std::string>(
-          flag,
-          [flag, &value](const std::string& text) {
-            const std::optional<E> parsed = parse_choice<E>(text);
-            if (!parsed) throw flag_error(flag, text, choice_names<E>());
-            value = *parsed;
-          },
+          flag, [flag, &value](const std::string& text) { value = choice_of_flag<E>(flag, text); },
           help)
       ->default_str(to_string(value));
 }
@@ -38,11 +42,7 @@ template <typename E>
 CLI::Option* add_choice_flag(CLI::App& cmd, const std::string& flag, std::optional<E>& value,
                              const std::string& help) {
   return cmd.add_option_function<std::string>(
-      flag,
-      [flag, &value](const std::string& text) {
-        value = parse_choice<E>(text);
-        if (!value) throw flag_error(flag, text, choice_names<E>());
-      },
+      flag, [flag, &value](const std::string& text) { value = choice_of_flag<E>(flag, text); },
       help);
 }
 

@@ -29,11 +29,18 @@ struct Choice {
   std::vector<std::string_view> names;
   size_t (*get)(const void* field);
   void (*set)(void* field, size_t index);
-  std::string expected() const {  // "\"fp32\" or \"bf16\""
+  std::optional<size_t> index_of(std::string_view name) const {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return i;
+    return std::nullopt;
+  }
+  // The names joined for an error, each as `item` formats it: "\"{}\"" (a TOML string, the
+  // config's errors) gives "\"fp32\" or \"bf16\"", "{}" (a flag's) "fp32 or bf16".
+  std::string listed(std::string_view item) const {
     std::string out;
     for (size_t i = 0; i < names.size(); ++i) {
       out += i == 0 ? "" : (i + 1 == names.size() ? " or " : ", ");
-      out += fmt::format("\"{}\"", names[i]);
+      out += fmt::format(fmt::runtime(item), names[i]);
     }
     return out;
   }
@@ -361,10 +368,10 @@ void assign(RunConfig& cfg, const Origin& at, const Section& s, const Field& f,
       return;
     case Kind::choice: {
       auto str = v.as_string();
-      for (size_t i = 0; str && i < f.choice->names.size(); ++i) {
-        if (str->get() == f.choice->names[i]) return f.choice->set(target, i);
+      if (const std::optional<size_t> i = str ? f.choice->index_of(str->get()) : std::nullopt) {
+        return f.choice->set(target, *i);
       }
-      bad_value(at, s, f, v, f.choice->expected());
+      bad_value(at, s, f, v, f.choice->listed("\"{}\""));
     }
   }
 }
@@ -572,22 +579,13 @@ std::string describe(const RunConfig& cfg_in) {
 
 template <typename E>
 std::optional<E> parse_choice(std::string_view name) {
-  const Choice* c = choice_for<E>();
-  for (size_t i = 0; i < c->names.size(); ++i) {
-    if (c->names[i] == name) return static_cast<E>(i);
-  }
-  return std::nullopt;
+  const std::optional<size_t> i = choice_for<E>()->index_of(name);
+  return i ? std::optional<E>(static_cast<E>(*i)) : std::nullopt;
 }
 
 template <typename E>
 std::string choice_names() {
-  const Choice* c = choice_for<E>();
-  std::string out;
-  for (size_t i = 0; i < c->names.size(); ++i) {
-    out += i == 0 ? "" : i + 1 == c->names.size() ? " or " : ", ";
-    out += c->names[i];
-  }
-  return out;
+  return choice_for<E>()->listed("{}");
 }
 
 #define JUMBO_CHOICE(E)                                              \

@@ -21,10 +21,7 @@ source "$(dirname "$0")/../support/harness.sh" "$@"
 stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_multihost.sh
-cleanup() {
-  stop_multihost
-}
-on_exit cleanup
+on_exit stop_multihost
 multihost_possible || skip "no hosts can be made on this machine"
 command -v cc >/dev/null || skip "no C compiler for the injected libraries"
 # What a failure shows before the cleanup: the logs it needs.

@@ -21,10 +21,7 @@ source "$(dirname "$0")/../support/harness.sh" "$@"
 stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_multihost.sh
-cleanup() {
-  stop_multihost
-}
-on_exit cleanup
+on_exit stop_multihost
 # Not a failure of jumbo: ctest reports it skipped (SKIP_RETURN_CODE 77).
 multihost_possible || skip "no hosts can be made on this machine"
 # What a failure shows before the cleanup: the logs it needs.

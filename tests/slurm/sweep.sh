@@ -9,10 +9,7 @@ source "$(dirname "$0")/../support/harness.sh" "$@"
 stop_at_first_failure
 source tests/support/small_run.sh
 source tests/support/slurm_cluster.sh
-cleanup() {
-  stop_slurm
-}
-on_exit cleanup
+on_exit stop_slurm
 # What a failure shows before the cleanup: the logs it needs.
 failure_logs() {
   local f

@@ -3,7 +3,7 @@
 // `jumbo serve` (this binary) as a child process on a free port, drives it from C client
 // threads per concurrency level with streamed POST /v1/completions, and reports throughput,
 // time to first token and inter-token latency; then a batch-B decode run of the server
-// against the generation engine alone (infer/bench_generate.h) on the same model config:
+// against the generation engine alone (bench/bench_generate.h) on the same model config:
 // the server's overhead. The child is stopped (SIGTERM, then waited for) on every path.
 // docs/serve.md, "Benchmark: `jumbo bench serve`".
 #include <cstdint>

@@ -11,6 +11,9 @@
 
 namespace jumbo {
 
+// Elements of a tensor or rectangle of this shape (1 for a scalar's empty shape).
+int64_t shape_numel(const std::vector<int64_t>& shape);
+
 // The per-element state saved for every parameter: the fp32 master weight and AdamW's
 // moments. The compute copy (bf16) is the master rounded, so it is not saved.
 inline constexpr std::array<const char*, 3> kCheckpointStates = {"master", "exp_avg",

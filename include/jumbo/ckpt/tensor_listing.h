@@ -2,10 +2,12 @@
 // How the offline tools list a checkpoint's tensors. ckpt knows no model: the model's code
 // says the order they are shown and exported in and each tensor's real shape, which may have
 // fewer rows than stored (a padded vocabulary); model/checkpoint_names.h is jumbo's GPT's.
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "jumbo/ckpt/manifest.h"
 #include "jumbo/config/config.h"
 
 namespace jumbo {
@@ -19,6 +21,14 @@ struct TensorListing {
                                      const std::vector<int64_t>& stored,
                                      const std::string& where)>
       real_shape;
+
+  // The checkpoint's tensor names in this listing's order.
+  std::vector<std::string> names_of(const Manifest& m) const {
+    std::vector<std::string> names;
+    for (const auto& [name, pieces] : m.tensors) names.push_back(name);
+    std::sort(names.begin(), names.end(), before);
+    return names;
+  }
 };
 
 }  // namespace jumbo

@@ -7,10 +7,9 @@
 // Faults are tied to the data order, not to step numbers, so a skipped or rewound batch does
 // not fault again, as bad data would not. Unset: no faults, nothing checked on the step path.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <optional>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/parallel/pipeline_runner.h"
