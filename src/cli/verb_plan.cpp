@@ -5,10 +5,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jumbo/config/config.h"
 #include "jumbo/config/gpus.h"
+#include "jumbo/plan/finetune.h"
 #include "jumbo/plan/search.h"
 #include "jumbo/plan/storage.h"
 #include "flags.h"
@@ -61,6 +63,8 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
     size_t limit = 20;
     bool best = false, storage = false;
     std::string data_bytes, fs_capacity, save_target = "600";
+    FineTune fine_tune = FineTune::none;
+    LoraPlan lora;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -71,7 +75,8 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
   model->excludes(config);
   cmd->add_option("--set", args->overrides, "override a key of the run config");
   cmd->add_option("--gpu", args->gpu, "GPU type: " + known_gpu_names())->capture_default_str();
-  add_min_flag<int64_t>(*cmd, "--nodes", args->nodes, 1, "nodes")->required();
+  add_min_flag<int64_t>(*cmd, "--nodes", args->nodes, 1,
+                        "nodes (required, but with --finetune: default the fewest that fit)");
   add_min_flag<int64_t>(*cmd, "--gpus-per-node", args->gpus_per_node, 1, "GPUs per node");
   cmd->add_option("--global-batch", args->global_batch,
                   "sequences per step (default: the run config's, else 1536 = 3.2M tokens of 2048)");
@@ -95,11 +100,32 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
   cmd->add_option("--fs-capacity", args->fs_capacity,
                   "file-system capacity (bytes, or e.g. 7200GiB, 7.2TiB): whether the "
                   "checkpoints and the data fit");
+  cmd->add_option_function<std::string>(
+      "--finetune",
+      [args](const std::string& text) {
+        const std::optional<FineTune> method = parse_fine_tune(text);
+        if (!method) throw flag_error("--finetune", text, kFineTuneChoices);
+        args->fine_tune = *method;
+      },
+      "plan a fine-tune: full (pre-training's memory) or lora (a frozen bf16 base and trained "
+      "adapters); without --nodes, the fewest nodes that fit");
+  auto* lora_rank = add_min_flag<int64_t>(*cmd, "--lora-rank", args->lora.rank, 1,
+                                          "LoRA's rank r (--finetune lora)");
+  auto* lora_targets = cmd->add_option_function<std::string>(
+      "--lora-targets",
+      [args](const std::string& text) {
+        const std::optional<LoraTargetSet> targets = parse_lora_targets(text);
+        if (!targets) throw flag_error("--lora-targets", text, kLoraTargetChoices);
+        args->lora.targets = *targets;
+      },
+      "the maps of every layer that carry an adapter (--finetune lora)");
+  lora_targets->default_str("qkv,proj,fc1,fc2");
   cmd->add_flag("--storage", args->storage,
                 "print only the storage of the recommended layout as key=value lines "
                 "(for parallelcluster/render.sh)");
-  cmd->callback([&run, args] {
-    run = [args] {
+  cmd->callback([&run, args, lora_rank, lora_targets] {
+    const bool lora_flags = lora_rank->count() > 0 || lora_targets->count() > 0;
+    run = [args, lora_flags] {
       PlanRequest r;
       CheckpointConfig checkpoint;  // --model: the defaults of docs/config.md
       std::string checkpoint_source =
@@ -141,12 +167,22 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         throw UserError(fmt::format("jumbo plan: --global-batch {} --seq {}: expected >= 1, and "
                                     "a sequence no longer than model.context = {}",
                                     args->global_batch, args->seq, r.model.context));
+      if (lora_flags && args->fine_tune != FineTune::lora)
+        throw UserError("jumbo plan: --lora-rank and --lora-targets need --finetune lora");
+      if (args->nodes == 0 && args->fine_tune == FineTune::none)
+        throw UserError("jumbo plan: give --nodes N (with --finetune, omit it for the fewest "
+                        "nodes that fit)");
+      if (args->storage && args->fine_tune == FineTune::lora)
+        throw UserError("jumbo plan: --storage sizes a pre-training checkpoint; with --finetune "
+                        "lora the plan prints the adapter-only checkpoint's bytes");
       r.nodes = args->nodes;
       r.gpus_per_node = args->gpus_per_node;
       if (args->global_batch > 0) r.target.global_batch = args->global_batch;
       r.target.seq = args->seq;
       r.target.device = PlanDevice::gpu;
       r.target.precision = args->precision;
+      r.target.fine_tune = args->fine_tune;
+      r.target.lora = args->lora;
       if (!args->tokens.empty()) {
         r.tokens = parse_number(args->tokens);
         if (!(r.tokens > 0))
@@ -180,11 +216,22 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
                                     "number of seconds > 0, e.g. 600",
                                     args->save_target));
       int64_t searched = 0;
-      const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
+      std::vector<PlanCandidate> fitting;
+      std::string fewest_line;
+      if (r.nodes == 0) {  // --finetune without --nodes
+        FewestNodes fewest = search_fewest_nodes(r);
+        r = fewest.request;
+        searched = fewest.searched;
+        fitting = std::move(fewest.fitting);
+        fewest_line = format_fewest_nodes(fewest);
+      } else {
+        fitting = search_layouts(r, &searched);
+      }
       // Storage, for the layout the plan recommends.
       const PlanCandidate* chosen = recommended_layout(fitting);
       std::optional<StoragePlan> storage;
-      if (chosen) {
+      // LoRA saves adapters only: the fine-tune's lines give their checkpoint.
+      if (chosen && r.target.fine_tune != FineTune::lora) {
         StoragePlan& s = storage.emplace();
         s.checkpoint = checkpoint_size(r.model, chosen->layout);
         const int64_t steps = r.tokens > 0 ? static_cast<int64_t>(training_cost(r, *chosen).steps)
@@ -213,7 +260,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         fmt::print("{}\n", layout_overrides(best->layout));
         return 0;
       }
-      fmt::print("{}", format_plan(r, fitting, searched, args->limit));
+      fmt::print("{}{}", fewest_line, format_plan(r, fitting, searched, args->limit));
       if (storage) fmt::print("{}", format_storage(*storage, chosen->layout, checkpoint_source));
       return fitting.empty() ? 1 : 0;
     };

@@ -33,4 +33,45 @@ double model_flops_per_token(const ModelConfig& m, int64_t seq) {
   return model_flops_per_iteration(m, 1, seq) / static_cast<double>(seq);
 }
 
+const char* to_string(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::qkv: return "qkv";
+    case LoraTarget::proj: return "proj";
+    case LoraTarget::fc1: return "fc1";
+    case LoraTarget::fc2: return "fc2";
+  }
+  return "?";
+}
+
+int64_t LoraTargetSet::count() const {
+  int64_t n = 0;
+  for (LoraTarget t : kLoraTargets) n += has(t) ? 1 : 0;
+  return n;
+}
+
+LoraLayerShard lora_layer_adapters(const ModelConfig& m, int64_t rank, LoraTargetSet targets,
+                                   int64_t tp) {
+  const int64_t h = m.d_model, f = m.ffn_dim();
+  LoraLayerShard s;
+  // Column-parallel: A [r x in] whole, B [out x r] split by output.
+  const auto column = [&](int64_t in, int64_t out) {
+    s.replicated += rank * in;
+    s.split += out / tp * rank;
+  };
+  // Row-parallel: A [r x in] split by input, B [out x r] whole.
+  const auto row = [&](int64_t in, int64_t out) {
+    s.split += rank * (in / tp);
+    s.replicated += out * rank;
+  };
+  if (targets.has(LoraTarget::qkv)) column(h, 3 * h);
+  if (targets.has(LoraTarget::proj)) row(h, h);
+  if (targets.has(LoraTarget::fc1)) column(h, f);
+  if (targets.has(LoraTarget::fc2)) row(f, h);
+  return s;
+}
+
+int64_t lora_adapter_params(const ModelConfig& m, int64_t rank, LoraTargetSet targets) {
+  return m.layers * lora_layer_adapters(m, rank, targets).held();
+}
+
 }  // namespace jumbo

@@ -8,6 +8,7 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/model/flops.h"
 #include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
@@ -24,6 +25,11 @@ namespace {
 
 struct Shape {
   double b, s, sp, c, cl, fl, hl, vl;  // sp: sequence part this rank holds in norm regions
+  // LoRA: the r-wide intermediates x A^T of a layer's adapters, r x targets, 0 without. Each
+  // is over the whole sequence on every tp rank (a column-parallel map's input is gathered,
+  // a row-parallel one's partial x A^T all-reduced); B's gradient reads it. The adapters'
+  // inputs are the base maps' inputs, kept already.
+  double adapter_width;
 };
 
 // CPU backend: the tensors GptModel::layout_activations allocates, by name. t is the
@@ -36,6 +42,7 @@ double cpu_layer_bytes(const Shape& x, double t, bool sp, bool core_attention) {
   if (core_attention) bytes += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;  // atty, probs
   bytes += 2 * x.b * x.sp * x.c * t;                                   // residual2, residual3
   bytes += 2 * x.b * x.s * x.fl * t;                                   // fch, fch_gelu
+  bytes += x.b * x.s * x.adapter_width * t;                            // LoRA's x A^T
   return bytes;
 }
 
@@ -78,7 +85,8 @@ double gpu_layer_bytes(const Shape& x) {
   const double norm_regions = 4 * 2 * x.b * x.sp * x.c;                 // input, ln1, resid, ln2
   const double tp_regions = x.b * x.s * (3 * x.cl + x.cl) * 2 + 2 * x.b * x.s * x.fl * 2;
   const double stats = 2 * 2 * x.b * x.sp * 4 + x.b * x.hl * x.s * 4;   // norm mean/rstd, LSE
-  return norm_regions + tp_regions + stats;
+  const double adapters = 2 * x.b * x.s * x.adapter_width;              // LoRA's x A^T
+  return norm_regions + tp_regions + stats + adapters;
 }
 
 double gpu_activations(const Shape& x, const Layout& l, bool last, int64_t layers,
@@ -105,19 +113,27 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
   const StepShape shape{.global_batch = t.global_batch, .seq = t.seq, .precision = t.precision};
   const StagePlan plan = plan_stage(m, l, shape, {.tp_rank = 0, .dp_rank = 0,
                                                   .pp_rank = static_cast<int>(stage)});
-  int64_t params = 0;
-  for (size_t i = 0; i < plan.params.size(); ++i) params += plan.params.info(static_cast<int>(i)).numel();
-  // The flat buffers are padded so dp shards divide them.
-  params = (params + l.dp - 1) / l.dp * l.dp;
+  int64_t base = 0;
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    base += plan.params.info(static_cast<int>(i)).numel();
+  // The flat buffers the optimizer reads are padded so dp shards divide them.
+  const auto dp_padded = [&l](int64_t count) { return (count + l.dp - 1) / l.dp * l.dp; };
+  const bool lora = t.fine_tune == FineTune::lora;
+  const bool bf16 = t.precision == Precision::bf16;
 
   MemoryEstimate e;
   e.stage = stage;
   e.layers = plan.layers.num_layers * plan.layers.chunks;
-  e.params = params;
+  // LoRA trains the adapters of the stage's layers; the base is frozen in the compute dtype
+  // (embeddings, norms and biases too): no master, no gradient, no Adam, nothing to shard.
+  e.params = lora ? base : dp_padded(base);
+  const LoraLayerShard adapters_per_layer =
+      lora ? lora_layer_adapters(m, t.lora.rank, t.lora.targets, l.tp) : LoraLayerShard{};
+  e.trained_params = lora ? dp_padded(e.layers * adapters_per_layer.held()) : e.params;
+  e.frozen_weights = lora ? static_cast<double>(base) * (bf16 ? 2 : 4) : 0;
   e.microbatches = plan.microbatches;
   e.in_flight = plan.model.slots;
-  const double n = static_cast<double>(params);
-  const bool bf16 = t.precision == Precision::bf16;
+  const double n = static_cast<double>(e.trained_params);
   const bool zero1 = l.zero1_active();
   const double dp = static_cast<double>(l.dp);
 
@@ -132,13 +148,14 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
   x.fl = static_cast<double>(m.ffn_dim()) / static_cast<double>(l.tp);
   x.hl = static_cast<double>(m.heads) / static_cast<double>(l.tp);
   x.vl = static_cast<double>(m.padded_vocab(l.tp)) / static_cast<double>(l.tp);
+  x.adapter_width = lora ? static_cast<double>(t.lora.rank * t.lora.targets.count()) : 0;
 
   // Interleaved stages hold chunk-microbatches of layers / v layers each.
   const int64_t layers_per_slot = plan.layers.num_layers;
-  // The weights in the compute dtype and the f32 main grads, whole on every rank; the
-  // optimizer's f32 master (mixed precision only: in fp32 the weights are the master) and
-  // Adam's two moments, 1/dp of them under ZeRO-1 (Megatron's distributed optimizer):
-  // bf16 2 + 4 + 12/dp bytes per parameter, fp32 4 + 4 + 8/dp.
+  // Of the trained parameters: the weights in the compute dtype and the f32 main grads,
+  // whole on every rank; the optimizer's f32 master (mixed precision only: in fp32 the
+  // weights are the master) and Adam's two moments, 1/dp of them under ZeRO-1 (Megatron's
+  // distributed optimizer): bf16 2 + 4 + 12/dp bytes per parameter, fp32 4 + 4 + 8/dp.
   e.weights = n * (bf16 ? 2 : 4);
   e.grads = 4 * n;
   e.optimizer = (bf16 ? 12 : 8) * n / (zero1 ? dp : 1);

@@ -45,10 +45,15 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const int64_t seq = r.seq();
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
   const double peak = r.gpu.bf16_tflops * 1e12;
-  const double model_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
-  // Full recomputation runs each layer's forward twice: 4/3 of the model FLOPs.
+  // A forward is a third of the model FLOPs, the backward two thirds: the inputs' gradients
+  // and the weights'. LoRA's frozen base has no weights' gradients (the adapters' are
+  // negligible), so a LoRA step runs, and is credited with, two thirds.
+  const double pretraining_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
+  const bool lora = r.target.fine_tune == FineTune::lora;
+  const double model_flops = lora ? pretraining_flops * 2.0 / 3.0 : pretraining_flops;
+  // Full recomputation runs each layer's forward once more, a third of pre-training's FLOPs.
   const bool full = l.recompute == Recompute::full;
-  const double hw_flops = model_flops * (full ? 4.0 / 3.0 : 1.0);
+  const double hw_flops = model_flops + (full ? pretraining_flops / 3.0 : 0);
   c.compute_s = hw_flops / (world * peak * kGemmEfficiency);
   const int64_t micro = c.memory.microbatches;
   c.bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.virtual_stages * micro);
@@ -64,10 +69,11 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   c.tp_comm_s =
       layers * static_cast<double>(micro) * passes * ring * act_bytes / (r.gpu.nvlink_bus_gbps * 1e9);
   // Data parallelism: reduce-scatter (or all-reduce) of the f32 main grads and, with
-  // ZeRO-1, the all-gather of bf16 weights, over the node's EFA shared by its GPUs. Counted
-  // as not overlapped with the backward: an upper bound.
+  // ZeRO-1, the all-gather of bf16 weights, of the trained parameters (LoRA: the adapters),
+  // over the node's EFA shared by its GPUs. Counted as not overlapped with the backward: an
+  // upper bound.
   const double per_gpu_net = r.gpu.node_network_gbits / 8.0 * 1e9 / static_cast<double>(r.gpus_per_node);
-  const double n = static_cast<double>(c.memory.params);
+  const double n = static_cast<double>(c.memory.trained_params);
   const double dp_ring = l.dp > 1 ? static_cast<double>(l.dp - 1) / static_cast<double>(l.dp) : 0;
   const double dp_bytes = l.zero1_active() ? dp_ring * (4 * n + 2 * n) : 2 * dp_ring * 4 * n;
   c.dp_comm_s = dp_bytes / per_gpu_net;
@@ -136,6 +142,29 @@ const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fittin
   return best == fitting.end() ? nullptr : &*best;
 }
 
+FewestNodes search_fewest_nodes(const PlanRequest& r, int64_t max_nodes) {
+  FewestNodes f;
+  f.request = r;
+  for (int64_t nodes = 1; nodes <= max_nodes; ++nodes) {
+    f.request.nodes = nodes;
+    f.fitting = search_layouts(f.request, &f.searched);
+    if (!f.fitting.empty()) {
+      f.found = true;
+      break;
+    }
+  }
+  return f;
+}
+
+std::string format_fewest_nodes(const FewestNodes& f) {
+  const PlanRequest& r = f.request;
+  if (!f.found)
+    return fmt::format("fewest nodes that fit: none of 1 to {} nodes of {} x {}\n", r.nodes,
+                       r.gpus_per_node, r.gpu.label);
+  return fmt::format("fewest nodes that fit: {} x {} = {} x {} (tried 1 to {} nodes)\n", r.nodes,
+                     r.gpu.instance, r.world(), r.gpu.label, r.nodes);
+}
+
 PlanBound layout_bound(const PlanCandidate& c, double gpu_memory_bytes) {
   if (c.memory.total() > kMemoryBoundShare * gpu_memory_bytes) return PlanBound::memory;
   const double overhead = std::max(c.bubble_s, c.comm_s());
@@ -173,13 +202,19 @@ std::string layout_overrides(const Layout& l) {
 }
 
 std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const std::string& device) {
+  const bool frozen = e.frozen_weights > 0;
   return fmt::format(
-      "{:.1f} GiB of {:.1f} GiB per {}: weights {:.1f}, grads {:.1f}, optimizer {:.1f}, "
+      "{:.1f} GiB of {:.1f} GiB per {}: {}weights {:.{}f}, grads {:.{}f}, optimizer {:.{}f}, "
       "activations {:.1f} ({} microbatch{} in flight), workspace {:.1f} (stage {}: {} layers, "
-      "{:.2f}B parameters)",
-      gib(e.total()), gib(budget_bytes), device, gib(e.weights), gib(e.grads), gib(e.optimizer),
-      gib(e.activations), e.in_flight, e.in_flight == 1 ? "" : "es", gib(e.workspace), e.stage,
-      e.layers, static_cast<double>(e.params) / 1e9);
+      "{:.2f}B parameters{})",
+      gib(e.total()), gib(budget_bytes), device,
+      frozen ? fmt::format("frozen base {:.1f}, adapter ", gib(e.frozen_weights)) : "",
+      gib(e.weights), frozen ? 2 : 1, gib(e.grads), frozen ? 2 : 1, gib(e.optimizer),
+      frozen ? 2 : 1, gib(e.activations), e.in_flight, e.in_flight == 1 ? "" : "es",
+      gib(e.workspace), e.stage, e.layers, static_cast<double>(e.params) / 1e9,
+      frozen ? fmt::format(" + {:.1f}M adapter parameters",
+                           static_cast<double>(e.trained_params) / 1e6)
+             : "");
 }
 
 std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& fitting,
@@ -187,11 +222,16 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
   const ModelConfig& m = r.model;
   const double gpu_bytes = static_cast<double>(r.gpu.memory_bytes);
   const bool costed = r.tokens > 0;
+  const FineTune method = r.target.fine_tune;
+  const bool lora = method == FineTune::lora;
+  static constexpr const char* kMethodNames[] = {"", ", full fine-tune", ", LoRA fine-tune"};
   std::string out = fmt::format(
       "{}: {:.1f}B parameters on {} x {} = {} x {} ({:.1f} GiB each), global batch {} x {} "
-      "tokens, {}\n",
+      "tokens, {}{}\n",
       m.name, static_cast<double>(parameter_count(m)) / 1e9, r.nodes, r.gpu.instance, r.world(),
-      r.gpu.label, gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision));
+      r.gpu.label, gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision),
+      kMethodNames[static_cast<int>(method)]);
+  out += describe_fine_tune(m, method, r.target.lora, r.target.precision);
   if (fitting.empty()) {
     out += fmt::format("none of the {} layouts fits in {:.1f} GiB per GPU: more nodes, or a "
                        "GPU with more memory\n",
@@ -211,19 +251,25 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
                      "the fullest stage{}:\n",
                      fitting.size(), searched,
                      shown < fitting.size() ? fmt::format(" (first {}; --limit 0 for all)", shown) : "");
-  out += "  tp  pp   dp  mb recompute zero1 | weights  grads  optim  activ inflight  work |  total | "
-         "bubble est.MFU | bound";
+  if (lora) out += "  (base: the frozen weights; weights, grads, optim: the adapters')\n";
+  out += fmt::format("  tp  pp   dp  mb recompute zero1 | {}weights  grads  optim  activ inflight  "
+                     "work |  total | bubble est.MFU | bound",
+                     lora ? "  base " : "");
   out += costed ? "   |   days   GPU-h    cost\n" : "\n";
   for (size_t i = 0; i < shown; ++i) {
     const PlanCandidate& c = fitting[i];
     const Layout& l = c.layout;
     const MemoryEstimate& e = c.memory;
     const std::string bound = to_string(layout_bound(c, gpu_bytes));
-    out += fmt::format("  {:>2} {:>3} {:>4} {:>3} {:<9} {:<5} | {:>7.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8} "
-                       "{:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}% | {}",
+    // The adapters' state is small: two decimals to tell its terms apart.
+    const int adapter_digits = lora ? 2 : 1;
+    out += fmt::format("  {:>2} {:>3} {:>4} {:>3} {:<9} {:<5} | {}{:>7.{}f} {:>6.{}f} {:>6.{}f} "
+                       "{:>6.1f} {:>8} {:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}% | {}",
                        l.tp, l.pp, l.dp, l.micro_batch, to_string(l.recompute),
                        l.zero1_active() ? "yes" : "no",
-                       gib(e.weights), gib(e.grads), gib(e.optimizer), gib(e.activations),
+                       lora ? fmt::format("{:>6.1f} ", gib(e.frozen_weights)) : "",
+                       gib(e.weights), adapter_digits, gib(e.grads), adapter_digits,
+                       gib(e.optimizer), adapter_digits, gib(e.activations),
                        e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, 100 * c.mfu,
                        costed ? fmt::format("{:<7}", bound) : bound);
     if (costed) {

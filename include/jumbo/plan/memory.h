@@ -13,6 +13,7 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/config/layout.h"
+#include "jumbo/plan/finetune.h"
 
 namespace jumbo {
 
@@ -23,6 +24,8 @@ struct PlanTarget {
   Precision precision = Precision::bf16;
   int64_t global_batch = 0;  // sequences per step: sets the microbatches per pipeline
   int64_t seq = 0;           // tokens per sequence; 0 = model.context
+  FineTune fine_tune = FineTune::none;  // none and full hold the same; lora: docs/plan.md
+  LoraPlan lora;                        // with FineTune::lora
 };
 
 // Bytes on one device of one pipeline stage (the worst stage when returned by estimate_memory).
@@ -30,6 +33,10 @@ struct MemoryEstimate {
   int64_t stage = 0;
   int64_t layers = 0;          // transformer layers this stage holds
   int64_t params = 0;          // parameters this device holds (its tp shard of the stage)
+  // The parameters the optimizer updates on this device, padded to a multiple of dp: params,
+  // or the stage's adapters (its tp shard) with LoRA. weights, grads and optimizer count these.
+  int64_t trained_params = 0;
+  double frozen_weights = 0;   // LoRA: the base in the compute dtype, nothing else kept for it
   int64_t microbatches = 0;    // per step on each pipeline: global_batch / (micro_batch x dp)
   int64_t in_flight = 0;       // microbatches whose activations are held at once (1F1B)
   double weights = 0;          // compute copy of the weights (+ fp32 master when not sharded)
@@ -37,7 +44,9 @@ struct MemoryEstimate {
   double optimizer = 0;        // Adam moments (+ the fp32 master shard under ZeRO-1 on gpu)
   double activations = 0;      // kept for the backward, all microbatches in flight
   double workspace = 0;        // per-step buffers, runtime, libraries
-  double total() const { return weights + grads + optimizer + activations + workspace; }
+  double total() const {
+    return frozen_weights + weights + grads + optimizer + activations + workspace;
+  }
 };
 
 // The layout's stage plan (parallel/stage_plan.h) says what the stage holds: its layers,

@@ -56,6 +56,19 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
 // The first of `fitting` in faster_layout order; nullptr if none.
 const PlanCandidate* recommended_layout(const std::vector<PlanCandidate>& fitting);
 
+// The fewest nodes of r.gpu on which a layout fits, trying 1, 2, ... max_nodes (r.nodes is
+// replaced), and search_layouts on that many.
+struct FewestNodes {
+  PlanRequest request;  // r with nodes = the fewest that fit, or max_nodes when none does
+  bool found = false;
+  int64_t searched = 0;  // layouts tried on request.nodes
+  std::vector<PlanCandidate> fitting;
+};
+inline constexpr int64_t kFewestNodesLimit = 256;
+FewestNodes search_fewest_nodes(const PlanRequest& r, int64_t max_nodes = kFewestNodesLimit);
+// "fewest nodes that fit: 1 x p4de.24xlarge = 8 x A100-SXM4-80GB (tried 1 to 1)".
+std::string format_fewest_nodes(const FewestNodes& f);
+
 // What bounds a layout's step time, the first that holds (docs/plan.md "Time and cost to
 // train"): memory when the fullest stage needs over 90% of the GPU's memory; else bubble or
 // comm, whichever is larger, when it is at least 10% of the step time; else compute.
@@ -75,7 +88,8 @@ TrainingCost training_cost(const PlanRequest& r, const PlanCandidate& c);
 // "--set parallel.tp=8 --set parallel.pp=16 ..." for sbatch scripts.
 std::string layout_overrides(const Layout& l);
 // "27.3 GiB of 40.0 GiB per A100-SXM4-40GB: weights 2.4, grads 4.9, ... (stage 0, 16
-// microbatches in flight)" - why a layout fits, or by how much it does not.
+// microbatches in flight)" - why a layout fits, or by how much it does not. With a frozen
+// base (LoRA) it names the base and the adapters' terms.
 std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const std::string& device);
 // The table `jumbo plan` prints: header, one row per candidate (at most `limit`; 0 = all),
 // and the recommendation; with r.tokens > 0, days, GPU-hours and cost as well.
