@@ -1,6 +1,6 @@
 // jumbo ckpt: offline checkpoint tools, one function per subcommand. PATH is a checkpoint
 // directory or a checkpoint root (its `latest`), local or s3:// (S3 settings from the AWS_*
-// environment variables only). inspect and export run in one process, without mpirun.
+// environment variables only). inspect, export and import run in one process, without mpirun.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/infer/export_hf.h"
+#include "jumbo/infer/import_hf.h"
 #include "jumbo/train/reshard.h"
 #include "verbs.h"
 
@@ -113,6 +114,45 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
   });
 }
 
+// The inverse of `export --format hf-gpt2`: a Hugging Face GPT-2 directory as a checkpoint.
+void add_import(CLI::App& ckpt, VerbRunner& run) {
+  struct Args {
+    std::string source, format, output, tokenizer;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = ckpt.add_subcommand("import", "write a checkpoint (step 0, tp 1 x pp 1 x dp 1) "
+                                                "from a Hugging Face GPT-2 directory");
+  cmd->add_option("dir", args->source, "the GPT-2 directory: config.json, model.safetensors "
+                                       "and tokenizer.model")->required();
+  cmd->add_option("--format", args->format, "hf-gpt2 (a Hugging Face GPT-2 directory)")
+      ->required();
+  cmd->add_option("-o,--output", args->output,
+                  "the checkpoint root to create (missing or empty): receives step_00000000/ "
+                  "and tokenizer.model")->required();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "the SentencePiece model to record (default: DIR/tokenizer.model); needed "
+                  "when DIR holds only GPT-2's BPE files; its vocabulary must be vocab_size");
+  cmd->callback([&run, args] {
+    run = [args] {
+      if (args->format != "hf-gpt2") {
+        throw UserError(fmt::format("jumbo ckpt import: --format {}: the only format is hf-gpt2",
+                                    args->format));
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const HfGpt2ImportStats s = import_hf_gpt2({args->source, args->output, args->tokenizer});
+      const ModelConfig& m = s.model;
+      fmt::print("imported {}: GPT-2 of {} layers, d_model {}, {} heads, ffn {}, vocab {} (padded "
+                 "{}), context {} ({} tensors, {} parameters, {}) to {} ({:.1f} MiB; "
+                 "tokenizer.model from {}) in {:.1f} s\n", args->source, m.layers, m.d_model,
+                 m.heads, m.ffn_dim(), m.vocab, m.padded_vocab(), m.context, s.tensors,
+                 s.parameters, s.dtypes, s.checkpoint_dir,
+                 static_cast<double>(s.bytes) / (1 << 20), s.tokenizer_from,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return 0;
+    };
+  });
+}
+
 // Re-shards a checkpoint for another layout; runs alone or under mpirun (target files are
 // dealt to the ranks).
 void add_convert(CLI::App& ckpt, VerbRunner& run) {
@@ -157,10 +197,11 @@ void add_convert(CLI::App& ckpt, VerbRunner& run) {
 }  // namespace
 
 void add_ckpt_verb(CLI::App& app, VerbRunner& run) {
-  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect, verify and export checkpoints");
+  CLI::App* ckpt = app.add_subcommand("ckpt", "inspect, verify, export and import checkpoints");
   ckpt->require_subcommand(1);
   add_inspect(*ckpt, run);
   add_export(*ckpt, run);
+  add_import(*ckpt, run);
   add_convert(*ckpt, run);
 }
 

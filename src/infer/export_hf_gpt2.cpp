@@ -20,36 +20,35 @@
 #include "jumbo/model/gpt.h"
 
 namespace jumbo {
-namespace {
 
-// GPT-2's tensors, each with the real shape jumbo's source must have for the mapping to mean
+// GPT-2's tensors, each with the real shape jumbo's tensor must have for the mapping to mean
 // anything (a future jumbo layout, grouped-query attention say, must fail here, not export
-// garbage): the word embedding by model.vocab rows.
-std::vector<SafetensorsTensor> gpt2_mappings(const ModelConfig& m) {
+// garbage): the word embedding by model.vocab rows. Export and import both read this table.
+std::vector<HfGpt2Tensor> hf_gpt2_table(const ModelConfig& m) {
   const int64_t c = m.d_model, f = m.ffn_dim();
-  std::vector<SafetensorsTensor> out;
-  // Conv1D (y = x W + b, W [in, out]) is the transpose of jumbo's Linear [out, in].
-  auto add = [&out](std::string name, std::string source, std::vector<int64_t> shape,
-                    bool transpose = false, std::vector<int64_t> order = {}) {
-    out.push_back({std::move(name), std::move(source), std::move(shape), std::move(order),
-                   transpose});
+  std::vector<HfGpt2Tensor> out;
+  auto add = [&out](std::string hf, std::string jumbo, std::vector<int64_t> shape,
+                    HfGpt2Change change = {}) {
+    out.push_back({std::move(jumbo), std::move(hf), std::move(shape), change});
   };
+  // Conv1D (y = x W + b, W [in, out]) is the transpose of jumbo's Linear [out, in].
+  constexpr HfGpt2Change conv1d{.transposed = true};
   add("transformer.wte.weight", "embedding.word", {m.vocab, c});  // padding rows dropped
   add("transformer.wpe.weight", "embedding.position", {m.context, c});
-  const std::vector<int64_t> qkv = hf_gpt2_qkv_order(c, m.heads);
   for (int64_t i = 0; i < m.layers; ++i) {
     const std::string h = fmt::format("transformer.h.{}.", i), j = fmt::format("layers.{}.", i);
     add(h + "ln_1.weight", j + "ln1.weight", {c});
     add(h + "ln_1.bias", j + "ln1.bias", {c});
-    add(h + "attn.c_attn.weight", j + "attn.qkv.weight", {3 * c, c}, true, qkv);
-    add(h + "attn.c_attn.bias", j + "attn.qkv.bias", {3 * c}, false, qkv);
-    add(h + "attn.c_proj.weight", j + "attn.proj.weight", {c, c}, true);
+    add(h + "attn.c_attn.weight", j + "attn.qkv.weight", {3 * c, c},
+        {.transposed = true, .qkv_regrouped = true});
+    add(h + "attn.c_attn.bias", j + "attn.qkv.bias", {3 * c}, {.qkv_regrouped = true});
+    add(h + "attn.c_proj.weight", j + "attn.proj.weight", {c, c}, conv1d);
     add(h + "attn.c_proj.bias", j + "attn.proj.bias", {c});
     add(h + "ln_2.weight", j + "ln2.weight", {c});
     add(h + "ln_2.bias", j + "ln2.bias", {c});
-    add(h + "mlp.c_fc.weight", j + "mlp.fc1.weight", {f, c}, true);
+    add(h + "mlp.c_fc.weight", j + "mlp.fc1.weight", {f, c}, conv1d);
     add(h + "mlp.c_fc.bias", j + "mlp.fc1.bias", {f});
-    add(h + "mlp.c_proj.weight", j + "mlp.fc2.weight", {c, f}, true);
+    add(h + "mlp.c_proj.weight", j + "mlp.fc2.weight", {c, f}, conv1d);
     add(h + "mlp.c_proj.bias", j + "mlp.fc2.bias", {c});
   }
   add("transformer.ln_f.weight", "final_norm.weight", {c});
@@ -57,6 +56,23 @@ std::vector<SafetensorsTensor> gpt2_mappings(const ModelConfig& m) {
   // No lm_head.weight: GPT2LMHeadModel ties it to wte (tie_word_embeddings), as jumbo does.
   return out;
 }
+
+std::vector<int64_t> HfGpt2Tensor::hf_shape() const {
+  if (!change.transposed) return jumbo_shape;
+  return {jumbo_shape.at(1), jumbo_shape.at(0)};
+}
+
+std::vector<SafetensorsTensor> hf_gpt2_tensors(const ModelConfig& m) {
+  const std::vector<int64_t> qkv = hf_gpt2_qkv_order(m.d_model, m.heads);
+  std::vector<SafetensorsTensor> out;
+  for (const HfGpt2Tensor& t : hf_gpt2_table(m)) {
+    out.push_back({t.hf_name, t.jumbo_name, t.jumbo_shape,
+                   t.change.qkv_regrouped ? qkv : std::vector<int64_t>{}, t.change.transposed});
+  }
+  return out;
+}
+
+namespace {
 
 // The shortest decimal that reads back as the float, so config.json says 1e-05 (what
 // transformers' own GPT-2 configs say), not 9.99999974737875e-06.
@@ -185,10 +201,6 @@ std::vector<int64_t> hf_gpt2_qkv_order(int64_t d_model, int64_t heads) {
   return order;
 }
 
-std::vector<SafetensorsTensor> hf_gpt2_tensors(const ModelConfig& model) {
-  return gpt2_mappings(model);
-}
-
 HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& opts) {
   if (opts.dtype != "f32" && opts.dtype != "bf16") {
     throw UserError(fmt::format("--dtype {}: expected f32 or bf16", opts.dtype));
@@ -205,7 +217,7 @@ HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& 
                                 "for the GPT-2 files", opts.out_dir));
   }
   const Manifest& m = ckpt.manifest;
-  const std::vector<SafetensorsTensor> mappings = gpt2_mappings(m.model);
+  const std::vector<SafetensorsTensor> mappings = hf_gpt2_tensors(m.model);
   check_tensors(ckpt, mappings);
   const TokenizerFiles tok = load_tokenizer(m, opts.tokenizer);
 

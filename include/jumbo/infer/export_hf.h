@@ -1,10 +1,10 @@
 #pragma once
 // `jumbo ckpt export --format hf-gpt2`: a checkpoint as a Hugging Face GPT-2 directory
 // (config.json, model.safetensors, the SentencePiece tokenizer and its configs), loadable by
-// transformers' GPT2LMHeadModel. jumbo's model is GPT-2's architecture (docs/hf-export.md);
-// only names and layouts change, so this knowledge lives here, above the model and the
-// tokenizer, while ckpt/ writes the file without knowing either (ckpt/safetensors.h,
-// write_safetensors).
+// transformers' GPT2LMHeadModel; and the table of names and layouts that `ckpt import`
+// (import_hf.h) reads back. jumbo's model is GPT-2's architecture (docs/hf-export.md); only
+// names and layouts change, so this knowledge lives here, above the model and the tokenizer,
+// while ckpt/ writes the files without knowing either (ckpt/safetensors.h, write_safetensors).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,10 +27,29 @@ struct HfGpt2Stats {
   int32_t eos_id = 0;
 };
 
-// GPT-2's tensors made from jumbo's, in GPT-2's order, without I/O: names
-// (layers.N.attn.qkv -> transformer.h.N.attn.c_attn, ...), Conv1D weights as the transpose of
-// jumbo's [out, in], and c_attn's output columns regrouped from jumbo's per-head q|k|v rows to
-// [q of all heads | k of all heads | v of all heads].
+// How a GPT-2 tensor's elements differ from its jumbo tensor's (named fields, no flags).
+struct HfGpt2Change {
+  bool transposed = false;     // Conv1D: GPT-2 stores [in, out], the transpose of jumbo's [out, in]
+  bool qkv_regrouped = false;  // c_attn: jumbo's row r is GPT-2's row hf_gpt2_qkv_order[r]
+};
+
+// One GPT-2 tensor and the jumbo tensor it is. The one table of names and layouts, read by
+// the export (jumbo -> GPT-2) and the import (infer/import_hf.h, GPT-2 -> jumbo).
+struct HfGpt2Tensor {
+  std::string jumbo_name;            // "layers.3.attn.qkv.weight"
+  std::string hf_name;               // "transformer.h.3.attn.c_attn.weight"
+  std::vector<int64_t> jumbo_shape;  // its real shape: model.vocab rows for the embedding
+  HfGpt2Change change;
+  std::vector<int64_t> hf_shape() const;  // jumbo_shape, or its transpose
+};
+
+// Every tensor of GPT2LMHeadModel for `model`, in GPT-2's order (wte, wpe, the layers, ln_f),
+// without I/O: names (layers.N.attn.qkv -> transformer.h.N.attn.c_attn, ...), Conv1D weights
+// as the transpose of jumbo's [out, in], and c_attn's output columns regrouped from jumbo's
+// per-head q|k|v rows to [q of all heads | k of all heads | v of all heads].
+std::vector<HfGpt2Tensor> hf_gpt2_table(const ModelConfig& model);
+
+// The table as write_safetensors' rearrangements (jumbo -> GPT-2).
 std::vector<SafetensorsTensor> hf_gpt2_tensors(const ModelConfig& model);
 
 // The row of GPT-2's c_attn output (0 .. 3 d_model) that jumbo's qkv row r becomes.

@@ -1,0 +1,561 @@
+// `jumbo ckpt import --format hf-gpt2`: a Hugging Face GPT-2 directory as a jumbo checkpoint.
+// What GPT-2 calls each tensor and how its elements lie comes from export_hf_gpt2.cpp's one
+// table (hf_gpt2_table), read backwards; the checkpoint goes through ckpt's own writers (the
+// HDF5 shard image, the manifest), as `jumbo ckpt convert` writes one. See docs/hf-export.md.
+#include "jumbo/infer/import_hf.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <system_error>
+
+#include "jumbo/ckpt/checkpointer.h"
+#include "jumbo/ckpt/manifest.h"
+#include "jumbo/data/tokenizer.h"
+#include "jumbo/infer/export_hf.h"
+#include "jumbo/model/checkpoint_names.h"
+#include "jumbo/model/gpt.h"
+#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/plan/storage.h"
+
+namespace jumbo {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// ---- config.json -------------------------------------------------------------------------
+
+// config.json's keys, each error one line naming the file and the key. Absent optional keys
+// take transformers' GPT2Config defaults.
+class Gpt2ConfigReader {
+ public:
+  Gpt2ConfigReader(const json& config, std::string where)
+      : config_(config), where_(std::move(where)) {}
+
+  int64_t positive(const char* key, const char* meaning) const {
+    if (!config_.contains(key)) {
+      throw UserError(fmt::format("{}: no {} ({}): expected a positive integer", where_, key,
+                                  meaning));
+    }
+    const json& v = config_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+      throw UserError(fmt::format("{}: {} = {}: expected a positive integer ({})", where_, key,
+                                  v.dump(), meaning));
+    }
+    return v.get<int64_t>();
+  }
+  // The key must be `required` for jumbo's model to compute what GPT-2 does.
+  void require_bool(const char* key, bool default_value, bool required, const char* why) const {
+    bool value = default_value;
+    if (config_.contains(key)) {
+      const json& v = config_.at(key);
+      if (!v.is_boolean()) {
+        throw UserError(fmt::format("{}: {} = {}: expected true or false", where_, key, v.dump()));
+      }
+      value = v.get<bool>();
+    }
+    if (value != required) {
+      throw UserError(fmt::format("{}: {} = {}: expected {} ({}: jumbo's model cannot compute "
+                                  "this one)", where_, key, value, required, why));
+    }
+  }
+  std::string text(const char* key, const char* default_value) const {
+    if (!config_.contains(key)) return default_value;
+    const json& v = config_.at(key);
+    if (!v.is_string()) {
+      throw UserError(fmt::format("{}: {} = {}: expected a string", where_, key, v.dump()));
+    }
+    return v.get<std::string>();
+  }
+  const json& at(const char* key) const { return config_.at(key); }
+  bool has(const char* key) const { return config_.contains(key) && !config_.at(key).is_null(); }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& config_;
+  std::string where_;
+};
+
+// The model config.json describes, as a preset would (model.vocab the real vocabulary, padded
+// by jumbo's vocab_multiple rule), refusing what jumbo's GPT-2 cannot compute.
+ModelConfig read_gpt2_config(const std::string& dir) {
+  const std::string where = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(where)) {
+    throw UserError(fmt::format("{}: no such file; expected a Hugging Face GPT-2 directory "
+                                "(config.json, model.safetensors)", where));
+  }
+  json config;
+  try {
+    config = json::parse(read_whole_file(where));
+  } catch (const json::exception& e) {
+    throw UserError(fmt::format("{}: not JSON ({})", where, e.what()));
+  }
+  if (!config.is_object()) throw UserError(fmt::format("{}: expected a JSON object", where));
+  const Gpt2ConfigReader r(config, where);
+  if (const std::string type = r.text("model_type", "gpt2"); type != "gpt2") {
+    throw UserError(fmt::format("{}: model_type = \"{}\": expected \"gpt2\"", where, type));
+  }
+  ModelConfig m;
+  m.d_model = r.positive("n_embd", "the width");
+  m.layers = r.positive("n_layer", "the number of blocks");
+  m.heads = r.positive("n_head", "attention heads");
+  m.context = r.positive("n_positions", "the positions of wpe");
+  m.vocab = r.positive("vocab_size", "the rows of wte");
+  if (m.d_model % m.heads != 0) {
+    throw UserError(fmt::format("{}: n_head = {} does not divide n_embd = {}", where, m.heads,
+                                m.d_model));
+  }
+  // GPT-2 reads a missing or null n_inner as 4 x n_embd.
+  m.ffn = r.has("n_inner") ? r.positive("n_inner", "the MLP width") : 4 * m.d_model;
+  const std::string activation = r.text("activation_function", "gelu_new");
+  // gelu_pytorch_tanh is the same tanh approximation as gelu_new, computed by torch.
+  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
+    throw UserError(fmt::format("{}: activation_function = \"{}\": expected \"gelu_new\" "
+                                "(jumbo's MLP uses GELU's tanh approximation)", where,
+                                activation));
+  }
+  if (r.has("layer_norm_epsilon")) {
+    const json& eps = r.at("layer_norm_epsilon");
+    const float jumbo_eps = GptOptions{}.layernorm_eps;
+    if (!eps.is_number() || static_cast<float>(eps.get<double>()) != jumbo_eps) {
+      throw UserError(fmt::format("{}: layer_norm_epsilon = {}: expected {} (jumbo's LayerNorm "
+                                  "epsilon is fixed)", where, eps.dump(), jumbo_eps));
+    }
+  }
+  r.require_bool("scale_attn_weights", true, true, "jumbo scales attention by 1/sqrt(head size)");
+  r.require_bool("scale_attn_by_inverse_layer_idx", false, false,
+                 "jumbo does not scale attention by the layer index");
+  r.require_bool("tie_word_embeddings", true, true, "jumbo's output head is wte, tied");
+  r.require_bool("add_cross_attention", false, false, "jumbo's blocks have no cross-attention");
+  // Named after the directory ("gpt2" for a download of openai-community/gpt2).
+  fs::path named = fs::absolute(dir).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "DIR/"
+  m.name = named.filename().empty() ? "hf-gpt2" : named.filename().string();
+  validate_model(m, where);  // the config rules' own checks, in case they grow
+  return m;
+}
+
+// ---- model.safetensors ---------------------------------------------------------------------
+
+enum class HfDtype { f32, bf16, f16, other };
+
+struct StoredTensor {
+  std::string file_name;  // as written in the file ("h.0.ln_1.weight" or "transformer.h...")
+  std::string dtype_name;
+  HfDtype dtype = HfDtype::other;
+  std::vector<int64_t> shape;
+  const unsigned char* data = nullptr;
+  int64_t bytes = 0;
+};
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits = sign;
+  if (exponent == 31) {
+    bits |= 0x7f800000u | (mantissa << 13);  // inf, nan
+  } else if (exponent != 0) {
+    bits |= ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalise
+    exponent = 113;
+    while (!(mantissa & 0x400u)) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits |= (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Element i as float32: exact for all three dtypes (bf16 and f16 widen without rounding).
+float element(const StoredTensor& t, int64_t i) {
+  const unsigned char* p = t.data;
+  float f = 0;
+  if (t.dtype == HfDtype::f32) {
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  if (t.dtype == HfDtype::f16) return half_to_float(h);
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// GPT2LMHeadModel saves "transformer.h.0...", GPT2Model (GPT-2's own checkpoint) "h.0...".
+std::string without_prefix(const std::string& hf_name) {
+  return hf_name.rfind("transformer.", 0) == 0 ? hf_name.substr(std::strlen("transformer."))
+                                               : hf_name;
+}
+
+// model.safetensors, memory-mapped read-only: the header parsed and every tensor's bytes
+// checked to lie inside the file.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path) : path_(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) {
+      throw UserError(fmt::format("{}: {}; expected GPT-2's weights in one safetensors file",
+                                  path, std::strerror(errno)));
+    }
+    struct stat st {};
+    ::fstat(fd, &st);
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ >= 8) map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (size_ < 8 || map_ == MAP_FAILED) {
+      map_ = MAP_FAILED;
+      throw UserError(fmt::format("{}: {} bytes, not a safetensors file", path, size_));
+    }
+    parse_header();
+  }
+  ~SafetensorsFile() {
+    if (map_ != MAP_FAILED) ::munmap(map_, size_);
+  }
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  // By the name without its "transformer." prefix.
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void parse_header() {
+    const auto* bytes = static_cast<const unsigned char*>(map_);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];  // little-endian
+    if (header_len > size_ - 8) {
+      throw UserError(fmt::format("{}: header of {} bytes in a file of {}: not a safetensors "
+                                  "file", path_, header_len, size_));
+    }
+    json header;
+    try {
+      header = json::parse(bytes + 8, bytes + 8 + header_len);
+    } catch (const json::exception& e) {
+      throw UserError(fmt::format("{}: the header is not JSON ({})", path_, e.what()));
+    }
+    const unsigned char* data = bytes + 8 + header_len;
+    const auto data_len = static_cast<int64_t>(size_ - 8 - header_len);
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") continue;
+      StoredTensor t;
+      t.file_name = name;
+      try {
+        t.dtype_name = entry.at("dtype").get<std::string>();
+        t.shape = entry.at("shape").get<std::vector<int64_t>>();
+        const auto offsets = entry.at("data_offsets").get<std::vector<int64_t>>();
+        if (offsets.size() != 2 || offsets[0] < 0 || offsets[0] > offsets[1] ||
+            offsets[1] > data_len) {
+          throw UserError(fmt::format("{}: tensor {}: data_offsets {} outside the {} bytes of "
+                                      "data", path_, name, entry.at("data_offsets").dump(),
+                                      data_len));
+        }
+        t.data = data + offsets[0];
+        t.bytes = offsets[1] - offsets[0];
+      } catch (const json::exception& e) {
+        throw UserError(fmt::format("{}: tensor {}: malformed header entry ({})", path_, name,
+                                    e.what()));
+      }
+      t.dtype = t.dtype_name == "F32"    ? HfDtype::f32
+                : t.dtype_name == "BF16" ? HfDtype::bf16
+                : t.dtype_name == "F16"  ? HfDtype::f16
+                                         : HfDtype::other;
+      std::string key = without_prefix(name);
+      if (tensors_.count(key)) {
+        throw UserError(fmt::format("{}: tensor {} is stored twice (as {} and {})", path_, key,
+                                    tensors_.at(key).file_name, name));
+      }
+      tensors_.emplace(std::move(key), std::move(t));
+    }
+  }
+
+  std::string path_;
+  void* map_ = MAP_FAILED;
+  size_t size_ = 0;
+  std::map<std::string, StoredTensor> tensors_;
+};
+
+// GPT-2's attention masks, saved as buffers by older transformers: "h.N.attn.bias" (the causal
+// mask) and "h.N.attn.masked_bias". Not weights: jumbo's attention is causal by construction.
+bool is_attention_buffer(const std::string& key) {
+  if (key.rfind("h.", 0) != 0) return false;
+  const size_t dot = key.find('.', 2);
+  if (dot == std::string::npos || dot == 2) return false;
+  if (key.substr(2, dot - 2).find_first_not_of("0123456789") != std::string::npos) return false;
+  const std::string rest = key.substr(dot);
+  return rest == ".attn.bias" || rest == ".attn.masked_bias";
+}
+
+// The tensors of the table, found and checked: names, dtypes, shapes, byte counts, and
+// nothing left over but buffers and a tied lm_head.
+std::map<std::string, const StoredTensor*> match_tensors(const SafetensorsFile& file,
+                                                         const std::vector<HfGpt2Tensor>& table,
+                                                         int64_t layers) {
+  const std::string& where = file.path();
+  std::map<std::string, const StoredTensor*> by_jumbo_name;
+  std::set<std::string> used;
+  for (const HfGpt2Tensor& t : table) {
+    const std::string key = without_prefix(t.hf_name);
+    const auto it = file.tensors().find(key);
+    if (it == file.tensors().end()) {
+      throw UserError(fmt::format("{}: no tensor {} (nor {}), which jumbo's {} needs", where,
+                                  key, t.hf_name, t.jumbo_name));
+    }
+    const StoredTensor& s = it->second;
+    if (s.dtype == HfDtype::other) {
+      throw UserError(fmt::format("{}: tensor {} has dtype {}: expected F32, BF16 or F16", where,
+                                  s.file_name, s.dtype_name));
+    }
+    if (s.shape != t.hf_shape()) {
+      throw UserError(fmt::format("{}: tensor {} is [{}]; config.json's model needs [{}]", where,
+                                  s.file_name, fmt::join(s.shape, ", "),
+                                  fmt::join(t.hf_shape(), ", ")));
+    }
+    const int64_t esize = s.dtype == HfDtype::f32 ? 4 : 2;
+    if (s.bytes != shape_numel(s.shape) * esize) {
+      throw UserError(fmt::format("{}: tensor {}: {} bytes of data, {} [{}] needs {}", where,
+                                  s.file_name, s.bytes, s.dtype_name, fmt::join(s.shape, ", "),
+                                  shape_numel(s.shape) * esize));
+    }
+    by_jumbo_name[t.jumbo_name] = &s;
+    used.insert(key);
+  }
+  for (const auto& [key, s] : file.tensors()) {
+    if (used.count(key) || is_attention_buffer(key)) continue;
+    if (key == "lm_head.weight") {
+      // transformers saves the tied head too; jumbo's head is wte, so it must be wte.
+      const StoredTensor& wte = *by_jumbo_name.at(kGptWordEmbedding);
+      bool tied = s.shape == wte.shape && s.dtype != HfDtype::other &&
+                  s.bytes == shape_numel(s.shape) * (s.dtype == HfDtype::f32 ? 4 : 2);
+      for (int64_t i = 0, n = shape_numel(wte.shape); tied && i < n; ++i) {
+        tied = element(s, i) == element(wte, i);
+      }
+      if (!tied) {
+        throw UserError(fmt::format("{}: tensor {} differs from {} (an untied output head): "
+                                    "jumbo's head is the token embedding", where, s.file_name,
+                                    wte.file_name));
+      }
+      continue;
+    }
+    throw UserError(fmt::format("{}: tensor {} has no place in jumbo's GPT-2 of config.json "
+                                "(wte, wpe, h.0-{}.*, ln_f, a tied lm_head and attention "
+                                "buffers)", where, s.file_name, layers - 1));
+  }
+  return by_jumbo_name;
+}
+
+// Fills a stored piece's master elements from GPT-2's tensor: the export's rearrangement run
+// backwards. Padding rows of the word embedding (beyond model.vocab) are zero.
+void fill_piece(const TensorPiece& piece, const HfGpt2Tensor& entry, const StoredTensor& source,
+                const std::vector<int64_t>& qkv_order, float* out) {
+  const int64_t rows = entry.jumbo_shape[0];
+  const int64_t cols = entry.jumbo_shape.size() == 2 ? entry.jumbo_shape[1] : 1;
+  const int64_t rect_cols = piece.shape.size() == 2 ? piece.shape[1] : 1;
+  const int64_t col0 = piece.offset.size() == 2 ? piece.offset[1] : 0;
+  for (int64_t e = piece.flat_begin; e < piece.flat_end; ++e) {
+    const int64_t r = piece.offset[0] + e / rect_cols, c = col0 + e % rect_cols;
+    float value = 0;
+    if (r < rows) {
+      const int64_t hf_row = entry.change.qkv_regrouped ? qkv_order[static_cast<size_t>(r)] : r;
+      value = element(source, entry.change.transposed ? c * rows + hf_row : hf_row * cols + c);
+    }
+    out[e - piece.flat_begin] = value;
+  }
+}
+
+// ---- the tokenizer -----------------------------------------------------------------------
+
+struct ChosenTokenizer {
+  std::string path, bytes;
+};
+
+// DIR/tokenizer.model (what the export writes), or --tokenizer: a SentencePiece model jumbo
+// can tokenize with. GPT-2's byte-level BPE files (vocab.json, merges.txt) are not one.
+ChosenTokenizer choose_tokenizer(const HfGpt2ImportOptions& o, int64_t vocab_size) {
+  const std::string in_dir = (fs::path(o.source_dir) / "tokenizer.model").string();
+  ChosenTokenizer t;
+  if (!o.tokenizer.empty()) {
+    t.path = o.tokenizer;
+    if (!fs::is_regular_file(t.path)) {
+      throw UserError(fmt::format("--tokenizer {}: no such file; expected a SentencePiece model "
+                                  "of {} pieces", t.path, vocab_size));
+    }
+    const int64_t pieces = Tokenizer(t.path).vocab_size();
+    if (pieces != vocab_size) {
+      throw UserError(fmt::format("--tokenizer {}: {} pieces, but {}/config.json has vocab_size "
+                                  "= {}: expected a SentencePiece model of {} pieces", t.path,
+                                  pieces, o.source_dir, vocab_size, vocab_size));
+    }
+  } else if (fs::is_regular_file(in_dir)) {
+    t.path = in_dir;
+    const int64_t pieces = Tokenizer(t.path).vocab_size();
+    if (pieces > vocab_size) {
+      throw UserError(fmt::format("{}: {} pieces, more than config.json's vocab_size = {}",
+                                  t.path, pieces, vocab_size));
+    }
+  } else {
+    const fs::path vocab_json = fs::path(o.source_dir) / "vocab.json";
+    if (fs::is_regular_file(vocab_json)) {
+      std::string count = "unreadable";
+      try {
+        count = fmt::format("{} tokens", json::parse(read_whole_file(vocab_json.string())).size());
+      } catch (const json::exception&) {
+      }
+      throw UserError(fmt::format("{}: GPT-2 BPE vocabulary (vocab.json, {}) and no "
+                                  "tokenizer.model; jumbo tokenizes with SentencePiece: pass "
+                                  "--tokenizer MODEL (vocab {})", o.source_dir, count,
+                                  vocab_size));
+    }
+    throw UserError(fmt::format("{}: no tokenizer.model (jumbo tokenizes with SentencePiece): "
+                                "pass --tokenizer MODEL (vocab {})", o.source_dir, vocab_size));
+  }
+  t.bytes = read_whole_file(t.path);
+  return t;
+}
+
+// ---- -o ----------------------------------------------------------------------------------
+
+// -o must be a new checkpoint root: missing, or an empty directory. So a failure can remove
+// everything there, and an import never mixes with another run's checkpoints.
+bool check_output_root(const std::string& root) {
+  if (root.empty() || is_s3_url(root)) {
+    throw UserError(fmt::format("-o {}: expected a local directory (the checkpoint root to "
+                                "create)", root));
+  }
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return false;
+  if (!fs::is_directory(root, ec)) {
+    throw UserError(fmt::format("-o {}: exists and is not a directory; expected a new "
+                                "checkpoint root", root));
+  }
+  if (!fs::is_empty(root, ec)) {
+    throw UserError(fmt::format("-o {}: is not empty; expected a new (or empty) checkpoint "
+                                "root, so the import cannot mix with other checkpoints", root));
+  }
+  return true;
+}
+
+std::string dtype_list(const std::map<std::string, const StoredTensor*>& tensors) {
+  std::set<std::string> names;
+  for (const auto& [name, t] : tensors) names.insert(t->dtype_name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
+  const bool root_existed = check_output_root(opts.out_root);
+  std::error_code ec;
+  if (!fs::is_directory(opts.source_dir, ec)) {
+    throw UserError(fmt::format("{}: no such directory; expected a Hugging Face GPT-2 directory "
+                                "(config.json, model.safetensors)", opts.source_dir));
+  }
+  HfGpt2ImportStats stats;
+  const ModelConfig model = read_gpt2_config(opts.source_dir);
+  stats.model = model;
+  const ChosenTokenizer tokenizer = choose_tokenizer(opts, model.vocab);
+  stats.tokenizer_from = tokenizer.path;
+  const SafetensorsFile file((fs::path(opts.source_dir) / "model.safetensors").string());
+  const std::vector<HfGpt2Tensor> table = hf_gpt2_table(model);
+  const std::map<std::string, const StoredTensor*> sources =
+      match_tensors(file, table, model.layers);
+  stats.tensors = static_cast<int64_t>(table.size());
+  stats.dtypes = dtype_list(sources);
+
+  // What a tp 1 x pp 1 x dp 1 trainer saves: its one rank's pieces, from the same plan.
+  Layout layout;
+  const GridCoords at{};
+  const StagePlan plan = plan_stage(model, layout, StepShape{}, at);
+  std::vector<StatePiece> state = state_pieces(plan.params, plan.optimizer_ranges, StateUse::save);
+  std::map<std::string, const HfGpt2Tensor*> entries;
+  for (const HfGpt2Tensor& t : table) entries[t.jumbo_name] = &t;
+  int64_t largest = 0;
+  for (const StatePiece& sp : state) largest = std::max(largest, sp.piece.count());
+  const std::vector<float> zero_moments(static_cast<size_t>(largest), 0.0f);  // shared, read only
+  std::vector<std::vector<float>> masters;
+  std::vector<PieceData> pieces;
+  const std::vector<int64_t> qkv_order = hf_gpt2_qkv_order(model.d_model, model.heads);
+  for (StatePiece& sp : state) {
+    const auto entry = entries.find(sp.piece.name);
+    if (entry == entries.end()) {
+      throw std::logic_error(fmt::format("jumbo's tensor {} is not in hf_gpt2_table",
+                                         sp.piece.name));
+    }
+    std::vector<float>& master = masters.emplace_back(static_cast<size_t>(sp.piece.count()));
+    fill_piece(sp.piece, *entry->second, *sources.at(sp.piece.name), qkv_order, master.data());
+    auto* zeros = const_cast<float*>(zero_moments.data());  // build_shard_image only reads
+    pieces.push_back({std::move(sp.piece), {master.data(), zeros, zeros}});
+    entries.erase(entry);
+  }
+  if (!entries.empty()) {
+    throw std::logic_error(fmt::format("hf_gpt2_table's {} is not a tensor of jumbo's model",
+                                       entries.begin()->first));
+  }
+  for (const HfGpt2Tensor& t : table) stats.parameters += shape_numel(t.jumbo_shape);
+
+  const std::string dir = checkpoint_dir_name(0);
+  stats.checkpoint_dir = (fs::path(opts.out_root) / dir).string();
+  fs::create_directories(opts.out_root, ec);
+  if (ec) {
+    throw UserError(fmt::format("-o {}: cannot create the directory ({})", opts.out_root,
+                                ec.message()));
+  }
+  try {
+    const std::unique_ptr<Storage> out = open_file_storage(opts.out_root);
+    const std::vector<char> image =
+        build_shard_image(pieces, {{"step", 0}, {"format_version", kCheckpointFormatVersion}});
+    const std::string shard = shard_file_name(at);
+    out->write(join_dir(dir, shard), image.data(), image.size());
+    stats.bytes = static_cast<int64_t>(image.size());
+    std::vector<TensorPiece> described;
+    for (const PieceData& pd : pieces) described.push_back(pd.piece);
+    const std::string record =
+        shard_record_to_json({shard, stats.bytes, file_crc32(image)}, described) + "\n";
+    // The tokenizer beside the checkpoints, named by the manifest (data.tokenizer) as a run's.
+    out->write("tokenizer.model", tokenizer.bytes.data(), tokenizer.bytes.size());
+    Manifest header;  // step 0, nothing consumed: a start, not a resume of GPT-2's training
+    header.model = model;
+    header.layout = layout;
+    header.layout.stage_layers = stage_layer_range(model, layout, 0).per_stage;
+    header.precision = Precision::fp32;
+    header.tokenizer = fs::absolute(fs::path(opts.out_root) / "tokenizer.model")
+                           .lexically_normal().string();
+    write_manifest(*out, dir, std::move(header), {std::vector<char>(record.begin(), record.end())});
+  } catch (...) {
+    // -o was missing or empty: everything in it is this import's.
+    if (root_existed) {
+      std::vector<fs::path> written;
+      for (const fs::directory_entry& e : fs::directory_iterator(opts.out_root, ec)) {
+        written.push_back(e.path());
+      }
+      for (const fs::path& p : written) fs::remove_all(p, ec);
+    } else {
+      fs::remove_all(opts.out_root, ec);
+    }
+    throw;
+  }
+  return stats;
+}
+
+}  // namespace jumbo
