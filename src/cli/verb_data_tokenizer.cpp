@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "jumbo/data/tokenizer.h"
+#include "jumbo/infer/cloze.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -109,7 +110,7 @@ void add_train(CLI::App& data, VerbRunner& run) {
 
 void add_inspect(CLI::App& data, VerbRunner& run) {
   struct Args {
-    std::string model, sample;
+    std::string model, sample, task;
     int top = 10;
   };
   auto a = std::make_shared<Args>();
@@ -117,9 +118,15 @@ void add_inspect(CLI::App& data, VerbRunner& run) {
       "inspect-tokenizer",
       "vocabulary size, multi-word pieces (a piece with \"▁\" after its first character spans "
       "a word boundary: \"▁of▁the\", \"s▁of\"), the longest pieces, and with --sample the "
-      "tokens per word (whitespace-separated) and bytes per token of a text");
+      "tokens per word (whitespace-separated) and bytes per token of a text, and with --task "
+      "how often a multiple-choice task's pairs encoded whole put a piece across the "
+      "context/continuation seam");
   ins->add_option("model", a->model, "SentencePiece .model")->required();
   ins->add_option("--sample", a->sample, ".jsonl (key \"text\") or text file to encode");
+  ins->add_option("--task", a->task,
+                  "multiple-choice JSONL (jumbo eval --task): count the pairs whose whole "
+                  "encoding merges the continuation into the context's last piece or changes "
+                  "the context's tokens");
   ins->add_option("--top", a->top, "how many of the longest pieces to show")->capture_default_str();
   ins->callback([&run, a] {
     run = [a] {
@@ -142,6 +149,11 @@ void add_inspect(CLI::App& data, VerbRunner& run) {
                    r.sample_documents, r.sample_words, r.sample_tokens, r.sample_bytes);
         fmt::print("tokens/word: {:.3f}\nbytes/token: {:.3f}\n",
                    per(r.sample_tokens, r.sample_words), per(r.sample_bytes, r.sample_tokens));
+      }
+      if (!a->task.empty()) {
+        const Tokenizer tokenizer(a->model);
+        fmt::print("task {}: {}\n", a->task,
+                   describe_seams(count_seams(tokenizer, read_cloze_task(a->task))));
       }
       return 0;
     };

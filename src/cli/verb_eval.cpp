@@ -19,6 +19,7 @@ struct Args {
   CheckpointOptions checkpoint;
   std::string data, task, per_item;
   int64_t micro_batch = 1, stride = 0, windows = -1;
+  ClozeScoring scoring = ClozeScoring::whole;
 };
 
 // The UTF-8 bytes each token stands for: a learned piece with "▁" as one space, a byte piece
@@ -50,6 +51,7 @@ void write_per_item(const std::string& path, const ClozeResult& r) {
     for (const ContinuationScore& c : s.continuations) {
       conts.push_back({{"context_tokens", c.context_tokens},
                        {"tokens", c.tokens},
+                       {"text", c.text},
                        {"loglikelihood", c.loglikelihood}});
     }
     out << nlohmann::json{{"index", i}, {"answer", s.answer}, {"predicted", s.predicted},
@@ -106,14 +108,23 @@ int run_eval(const Args& a) {
         r.tokens_scored, r.mean_loss(), r.perplexity(), r.bits_per_byte());
   }
   if (!a.task.empty()) {
-    const ClozeResult r = evaluate_cloze(ev, c.tokenizer ? &*c.tokenizer : nullptr, items);
+    const ClozeResult r =
+        evaluate_cloze(ev, c.tokenizer ? &*c.tokenizer : nullptr, items, a.scoring);
     if (leader) {
-      out["task"] = {{"file", a.task},       {"items", r.items.size()},
-                     {"accuracy", r.accuracy}, {"accuracy_norm", r.accuracy_norm},
-                     {"truncated", r.truncated}};
-      table_text += fmt::format("{:<28} {:>9} {:>11} {:>13}\n{:<28} {:>9} {:>11.4f} {:>13.4f}\n",
-                                "task", "items", "acc", "acc_norm", a.task, r.items.size(),
-                                r.accuracy, r.accuracy_norm);
+      out["task"] = {{"file", a.task},
+                     {"items", r.items.size()},
+                     {"scoring", to_string(r.scoring)},
+                     {"accuracy", r.accuracy},
+                     {"accuracy_norm", r.accuracy_norm},
+                     {"truncated", r.truncated},
+                     {"pairs", r.seams.pairs},
+                     {"merged", r.seams.merged},
+                     {"changed", r.seams.changed},
+                     {"cut_inside", r.seams.cut_inside}};
+      table_text += fmt::format(
+          "{:<28} {:>9} {:>11} {:>13} {:>9}\n{:<28} {:>9} {:>11.4f} {:>13.4f} {:>9}\ntask: {}\n",
+          "task", "items", "acc", "acc_norm", "scoring", a.task, r.items.size(), r.accuracy,
+          r.accuracy_norm, to_string(r.scoring), describe_seams(r.seams));
       if (!a.per_item.empty()) write_per_item(a.per_item, r);
     }
   }
@@ -139,6 +150,17 @@ void add_eval_verb(CLI::App& app, VerbRunner& run) {
   cmd->add_option("--task", a->task,
                   "multiple-choice JSONL: {\"context\", \"continuations\": [...], \"answer\"}");
   cmd->add_option("--per-item", a->per_item, "with --task: write each item's log-likelihoods");
+  cmd->add_option_function<std::string>(
+         "--scoring",
+         [a](const std::string& text) {
+           const std::optional<ClozeScoring> s = parse_cloze_scoring(text);
+           if (!s) throw flag_error("--scoring", text, kClozeScoringNames);
+           a->scoring = *s;
+         },
+         "with --task: where a pair is cut into context and scored continuation: whole "
+         "(encoded whole, cut after the context's own token count, as lm-evaluation-harness) or "
+         "boundary (the context's and the continuation's own tokens: exactly its characters)")
+      ->default_str("whole");
   cmd->add_option("--micro-batch", a->micro_batch, "windows per microbatch")->capture_default_str();
   cmd->callback([&run, a] { run = [a] { return run_eval(*a); }; });
 }

@@ -47,6 +47,105 @@ std::vector<ClozeItem> read_cloze_task(const std::string& path) {
   return items;
 }
 
+std::optional<ClozeScoring> parse_cloze_scoring(const std::string& name) {
+  if (name == "whole") return ClozeScoring::whole;
+  if (name == "boundary") return ClozeScoring::boundary;
+  return std::nullopt;
+}
+
+const char* to_string(ClozeScoring s) { return s == ClozeScoring::whole ? "whole" : "boundary"; }
+
+namespace {
+
+bool is_byte_piece(const Tokenizer& tokenizer, int32_t id) {
+  if (tokenizer.is_learned(id)) return false;
+  const std::string p = tokenizer.piece(id);
+  return p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>';
+}
+
+// The characters `tokens` add after `context` (both whole token lists, decoded as one
+// document): decode(context + tokens) minus decode(context), or, where the context's text
+// ends in bytes of a character the tokens finish, the tokens' own texts (token_texts).
+std::string scored_text(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                        const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> all(context);
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  const std::string whole = tokenizer.decode(all), head = tokenizer.decode(context);
+  if (whole.compare(0, head.size(), head) == 0) return whole.substr(head.size());
+  const std::vector<std::string> texts = token_texts(tokenizer, all);
+  std::string out;
+  for (size_t i = context.size(); i < texts.size(); ++i) out += texts[i];
+  return out;
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text) {
+  if (text.empty()) return {};
+  // A character outside the vocabulary (a byte-fallback character: no piece holds it) ends
+  // every piece before it, so what follows is segmented as if the text began there; encode
+  // puts its word-start mark before the sentinel, not before the text.
+  static const char* const kSentinels[] = {"\n", "\x01", "\xee\x80\x80"};
+  for (const char* sentinel : kSentinels) {
+    const std::vector<int32_t> head = tokenizer.encode(sentinel);
+    if (head.empty() || !is_byte_piece(tokenizer, head.back())) continue;
+    const std::vector<int32_t> all = tokenizer.encode(sentinel + text);
+    if (all.size() < head.size() || !std::equal(head.begin(), head.end(), all.begin())) continue;
+    return {all.begin() + static_cast<std::ptrdiff_t>(head.size()), all.end()};
+  }
+  throw UserError(fmt::format(
+      "{}: no character outside the vocabulary (a newline, U+0001 or U+E000) to encode a "
+      "continuation after a piece boundary with",
+      tokenizer.path()));
+}
+
+PairTokens split_pair(const Tokenizer& tokenizer, const std::string& context,
+                      const std::string& continuation, ClozeScoring scoring) {
+  PairTokens p;
+  if (scoring == ClozeScoring::whole) {
+    // As lm-evaluation-harness does: the pair encoded whole (a continuation encoded alone
+    // would start a new word piece), split after the context's own token count.
+    const size_t ctx = encode_prompt(tokenizer, context).size();
+    const std::vector<int32_t> whole = encode_prompt(tokenizer, context + continuation);
+    const size_t split = std::min(ctx, whole.size() - 1);  // at least one scored token
+    p.context.assign(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(split));
+    p.continuation.assign(whole.begin() + static_cast<std::ptrdiff_t>(split), whole.end());
+  } else {
+    p.context = encode_prompt(tokenizer, context);
+    // After an empty context the continuation starts the document: encoded as documents are.
+    p.continuation = context.empty() ? tokenizer.encode(continuation)
+                                     : encode_after_boundary(tokenizer, continuation);
+  }
+  return p;
+}
+
+SeamCounts count_seams(const Tokenizer& tokenizer, const std::vector<ClozeItem>& items) {
+  SeamCounts n;
+  for (const ClozeItem& item : items) {
+    const std::vector<int32_t> own = encode_prompt(tokenizer, item.context);
+    const std::string own_text = tokenizer.decode(own);
+    for (const std::string& c : item.continuations) {
+      const PairTokens p = split_pair(tokenizer, item.context, c, ClozeScoring::whole);
+      const std::string head = tokenizer.decode(p.context);
+      ++n.pairs;
+      if (head.size() > own_text.size() && head.compare(0, own_text.size(), own_text) == 0) {
+        ++n.merged;
+      } else if (p.context != own) {
+        ++n.changed;
+        n.cut_inside += head != own_text;
+      }
+    }
+  }
+  return n;
+}
+
+std::string describe_seams(const SeamCounts& c) {
+  return fmt::format(
+      "{} pairs, {} merge the continuation into the context's last piece, {} more change the "
+      "context's tokens ({} of them cut inside the context); whole rule",
+      c.pairs, c.merged, c.changed, c.cut_inside);
+}
+
 namespace {
 
 // Every (item, continuation) pair as one window: the pair's tokens, cut from the left to
@@ -110,7 +209,7 @@ std::vector<std::vector<int32_t>> unpack(const std::vector<char>& in) {
 }  // namespace
 
 ClozeResult evaluate_cloze(Evaluator& ev, const Tokenizer* tokenizer,
-                           const std::vector<ClozeItem>& items) {
+                           const std::vector<ClozeItem>& items, ClozeScoring scoring) {
   Comm& world = ev.world();
   // Rank 0 tokenizes; every rank gets the pairs' tokens (contexts, then continuations).
   std::vector<std::vector<int32_t>> contexts, conts;
@@ -118,14 +217,10 @@ ClozeResult evaluate_cloze(Evaluator& ev, const Tokenizer* tokenizer,
   if (world.rank() == 0) {
     std::vector<std::vector<int32_t>> lists;
     for (const ClozeItem& item : items) {
-      // As lm-evaluation-harness does: the pair encoded whole (a continuation encoded alone
-      // would start a new word piece), split after the context's own token count.
-      const size_t ctx = encode_prompt(*tokenizer, item.context).size();
       for (const std::string& c : item.continuations) {
-        std::vector<int32_t> whole = encode_prompt(*tokenizer, item.context + c);
-        const size_t split = std::min(ctx, whole.size() - 1);  // at least one scored token
-        lists.emplace_back(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(split));
-        lists.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(split), whole.end());
+        PairTokens p = split_pair(*tokenizer, item.context, c, scoring);
+        lists.push_back(std::move(p.context));
+        lists.push_back(std::move(p.continuation));
       }
     }
     bytes = pack(lists);
@@ -152,7 +247,9 @@ ClozeResult evaluate_cloze(Evaluator& ev, const Tokenizer* tokenizer,
   });
   const std::vector<std::vector<char>> all = world.gather_bytes(mine, 0);
   ClozeResult r;
+  r.scoring = scoring;
   if (world.rank() != 0) return r;
+  r.seams = count_seams(*tokenizer, items);
   std::vector<double> ll(conts.size(), 0.0);
   for (const std::vector<char>& part : all) {
     for (size_t at = 0; at + 16 <= part.size(); at += 16) {
@@ -171,7 +268,14 @@ ClozeResult evaluate_cloze(Evaluator& ev, const Tokenizer* tokenizer,
     s.context_tokens = contexts[pair];
     for (size_t c = 0; c < item.continuations.size(); ++c, ++pair) {
       r.truncated += source.truncated(static_cast<int64_t>(pair));
-      s.continuations.push_back({contexts[pair], conts[pair], ll[pair],
+      std::string text = scored_text(*tokenizer, contexts[pair], conts[pair]);
+      if (scoring == ClozeScoring::boundary && text != item.continuations[c]) {
+        throw UserError(fmt::format(
+            "jumbo eval --scoring boundary: item {}'s continuation {} decodes back from its "
+            "tokens as {} (a tokenizer that normalizes text?)",
+            r.items.size(), nlohmann::json(item.continuations[c]).dump(), nlohmann::json(text).dump()));
+      }
+      s.continuations.push_back({contexts[pair], conts[pair], std::move(text), ll[pair],
                                  static_cast<int64_t>(item.continuations[c].size())});
     }
     for (size_t c = 1; c < s.continuations.size(); ++c) {
