@@ -29,7 +29,8 @@ class SyntheticBatches final : public MicrobatchSource {
  public:
   SyntheticBatches(int64_t n, int64_t vocab, uint64_t stream = 11)
       : n_(n), vocab_(vocab), stream_(stream) {}
-  void next(int32_t* tokens, int32_t* targets) override {
+  void next(const MicrobatchView& mb) override {
+    int32_t *tokens = mb.tokens, *targets = mb.targets;
     for (int64_t i = 0; i < n_; ++i) {
       const float u = counter_normal(7, stream_, static_cast<uint64_t>(calls_ * n_ + i));
       tokens[i] = static_cast<int32_t>(static_cast<int64_t>(std::abs(u) * 1e6) % vocab_);
@@ -81,7 +82,7 @@ TrainBenchResult bench_train(const ModelConfig& model, const TrainBenchOptions& 
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult sr = train_step(solo, source, {.microbatches = opts.micro_steps,
-                                                    .batch_tokens = batch_tokens,
+                                                    .loss_tokens = batch_tokens,
                                                     .lr = 1e-4,
                                                     .grad_clip = 1.0});
     backend.stream().synchronize();
@@ -188,7 +189,7 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   for (int64_t s = 0; s < opts.warmup_steps + opts.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult sr = train_step(stage, source, {.microbatches = micro_steps,
-                                                     .batch_tokens = batch * seq,
+                                                     .loss_tokens = batch * seq,
                                                      .lr = cfg.train.lr,
                                                      .grad_clip = cfg.train.grad_clip});
     backend.stream().synchronize();

@@ -36,6 +36,8 @@ double test_stall_s(int64_t step) {
 }
 
 
+}  // namespace
+
 // Collective: every rank learns whether any rank's `error` is set, and the lowest such rank's
 // message ("rank R: ...").
 std::optional<std::string> first_error(Comm& world, const std::string& error) {
@@ -55,8 +57,6 @@ S3Options s3_options(const CheckpointConfig& c) {
   o.endpoint = c.s3_endpoint;
   return o;
 }
-
-}  // namespace
 
 // ---- background worker ----------------------------------------------------------------
 

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jumbo/config/hashing.h"
+
 namespace jumbo {
 namespace {
 
@@ -58,6 +60,12 @@ int64_t checkpoint_step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
+std::string weights_fingerprint(const Manifest& m) {
+  uint64_t h = fnv1a64("");
+  for (const ShardFileInfo& f : m.files) h = fnv1a64(fmt::format("{}:{:08x};", f.name, f.crc32), h);
+  return fmt::format("{:#018x}", h);
+}
+
 std::string manifest_to_json(const Manifest& m) {
   const CheckpointProgress& p = m.progress;
   json j;
@@ -97,6 +105,16 @@ std::string manifest_to_json(const Manifest& m) {
     mixture.push_back({{"prefix", d.prefix}, {"weight", d.weight}});
   j["data"] = {{"train", m.data_train.describe()}, {"mixture", mixture}, {"tokenizer", m.tokenizer}};
   if (!m.chat_template.empty()) j["data"]["chat_template"] = m.chat_template;
+  if (!m.init_from.from.empty()) {
+    j["init_from"] = {{"from", m.init_from.from}, {"step", m.init_from.step},
+                      {"fingerprint", m.init_from.fingerprint}};
+  }
+  if (m.lora.rank > 0) {
+    std::string targets;
+    for (LoraTarget t : kLoraTargets)
+      if (m.lora.targets.has(t)) targets += (targets.empty() ? "" : ",") + std::string(to_string(t));
+    j["lora"] = {{"rank", m.lora.rank}, {"alpha", m.lora.alpha}, {"targets", targets}};
+  }
   json files = json::array();
   for (const ShardFileInfo& f : m.files) {
     files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}});
@@ -172,6 +190,17 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
     }
     m.tokenizer = j.at("data").value("tokenizer", "");
     m.chat_template = j.at("data").value("chat_template", "");
+    if (j.contains("lora")) {
+      const json& l = j.at("lora");
+      const std::optional<LoraTargetSet> targets = parse_lora_targets(l.at("targets").get<std::string>());
+      if (!targets) throw UserError(fmt::format("{}: lora.targets = {}: expected {}", where, l.at("targets").dump(), kLoraTargetChoices));
+      m.lora = {l.at("rank").get<int64_t>(), l.at("alpha").get<double>(), *targets};
+    }
+    if (j.contains("init_from")) {
+      const json& i = j.at("init_from");
+      m.init_from = {i.at("from").get<std::string>(), i.at("step").get<int64_t>(),
+                     i.at("fingerprint").get<std::string>()};
+    }
     for (const json& f : j.at("files")) {
       m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(),
                          f.at("crc32").get<uint32_t>()});

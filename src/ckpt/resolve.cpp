@@ -50,4 +50,31 @@ ResolvedCheckpoint resolve_checkpoint(const std::string& path, const S3Options& 
   return out;
 }
 
+ResolvedCheckpoint open_checkpoint(const std::string& path, const S3Options& s3, Comm& world) {
+  // Rank 0's answer: "ok\n<step directory url>\n<manifest>" or "error\n<message>".
+  std::string message;
+  ResolvedCheckpoint out;
+  if (world.rank() == 0) {
+    try {
+      out = resolve_checkpoint(path, s3);
+      message = "ok\n" + out.storage->url(out.dir) + "\n" + manifest_to_json(out.manifest);
+    } catch (const UserError& e) {
+      message = std::string("error\n") + e.what();
+    }
+  }
+  std::vector<char> bytes(message.begin(), message.end());
+  world.broadcast_bytes(bytes, 0);
+  const std::string text(bytes.begin(), bytes.end());
+  const size_t first = text.find('\n');
+  if (text.compare(0, first, "ok") != 0) throw UserError(text.substr(first + 1));
+  if (world.rank() == 0) return out;
+  const size_t second = text.find('\n', first + 1);
+  const std::string dir_url = text.substr(first + 1, second - first - 1);
+  const StoragePath where = split_storage_path(dir_url);
+  out.storage = open_storage(where.parent, s3);
+  out.dir = where.name;
+  out.manifest = parse_manifest(text.substr(second + 1), dir_url + "/manifest.json");
+  return out;
+}
+
 }  // namespace jumbo

@@ -14,6 +14,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/infer/export_hf.h"
+#include "jumbo/infer/merge_lora.h"
 #include "jumbo/infer/import_hf.h"
 #include "jumbo/train/reshard.h"
 #include "verbs.h"
@@ -153,6 +154,32 @@ void add_import(CLI::App& ckpt, VerbRunner& run) {
   });
 }
 
+void add_merge(CLI::App& ckpt, VerbRunner& run) {
+  struct Args {
+    std::string adapter, output;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = ckpt.add_subcommand("merge", "write a full checkpoint (step 0, tp 1 x pp 1 x "
+                                               "dp 1) of a LoRA checkpoint merged into its base");
+  cmd->add_option("--adapter", args->adapter, "the LoRA run's checkpoint (a step directory or a "
+                                              "root's latest); its base is its init_from")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "the checkpoint root to create (missing or empty)")
+      ->required();
+  cmd->callback([&run, args] {
+    run = [args] {
+      const auto t0 = std::chrono::steady_clock::now();
+      const LoraMergeStats s = merge_lora(args->adapter, args->output, S3Options{});
+      fmt::print("merged {} (LoRA rank {}, alpha {}, {} adapter parameters) into {}: {} weights "
+                 "changed; wrote {} ({:.1f} MiB) in {:.1f} s\n", s.adapter, s.lora.rank,
+                 s.lora.alpha, s.adapter_params, s.base, s.merged_maps, s.checkpoint_dir,
+                 static_cast<double>(s.bytes) / (1 << 20),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return 0;
+    };
+  });
+}
+
 // Re-shards a checkpoint for another layout; runs alone or under mpirun (target files are
 // dealt to the ranks).
 void add_convert(CLI::App& ckpt, VerbRunner& run) {
@@ -201,6 +228,7 @@ void add_ckpt_verb(CLI::App& app, VerbRunner& run) {
   ckpt->require_subcommand(1);
   add_inspect(*ckpt, run);
   add_export(*ckpt, run);
+  add_merge(*ckpt, run);
   add_import(*ckpt, run);
   add_convert(*ckpt, run);
 }

@@ -7,6 +7,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/data/prepare.h"
+#include "flags.h"
 #include "verbs.h"
 
 namespace jumbo::cli {
@@ -31,6 +32,16 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
                    "writes PREFIX.parts and PREFIX.part-NNNNNN.bin/.idx")
       ->required();
   prep->add_option("--json-key", popts->json_key, "document key in .jsonl")->capture_default_str();
+  prep->add_option_function<std::string>(
+          "--format",
+          [popts](const std::string& text) {
+            if (text == "text") popts->kind = DocumentKind::text;
+            else if (text == "prompt-completion") popts->kind = DocumentKind::prompt_completion;
+            else throw cli::flag_error("--format", text, "text or prompt-completion");
+          },
+          "text: documents under --json-key; prompt-completion: {\"prompt\", \"completion\"} "
+          "lines, the loss on the completion and EOS only (docs/data-format.md)")
+      ->default_str("text");
   prep->add_option("--part-mb", *part_mb, "MiB of input per part (the unit of work)")
       ->capture_default_str();
   prep->add_option("--threads", popts->threads, "encoding threads per rank; 0 = cores / ranks on "

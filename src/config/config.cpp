@@ -1,6 +1,8 @@
 // Small helpers on the config types; loading is in load.cpp, checks in validate.cpp.
 #include "jumbo/config/config.h"
 
+#include <fmt/format.h>
+
 namespace jumbo {
 
 const char* to_string(Precision p) {
@@ -36,6 +38,61 @@ const char* to_string(ExpectNetwork e) {
     case ExpectNetwork::socket: return "socket";
   }
   return "unknown";
+}
+
+const char* to_string(FineTune f) {
+  switch (f) {
+    case FineTune::none: return "none";
+    case FineTune::full: return "full";
+    case FineTune::lora: return "lora";
+  }
+  return "?";
+}
+
+const char* to_string(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::qkv: return "qkv";
+    case LoraTarget::proj: return "proj";
+    case LoraTarget::fc1: return "fc1";
+    case LoraTarget::fc2: return "fc2";
+  }
+  return "?";
+}
+
+int64_t LoraTargetSet::count() const {
+  int64_t n = 0;
+  for (LoraTarget t : kLoraTargets) n += has(t) ? 1 : 0;
+  return n;
+}
+
+std::optional<LoraTargetSet> parse_lora_targets(std::string_view list) {
+  LoraTargetSet set = LoraTargetSet::none();
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    bool known = false;
+    for (LoraTarget t : kLoraTargets) {
+      if (name != to_string(t)) continue;
+      if (set.has(t)) return std::nullopt;  // a repeat is a typo, not a wider set
+      set.add(t);
+      known = true;
+    }
+    if (!known) return std::nullopt;
+    if (comma == std::string_view::npos) return set;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+std::string describe(LoraTargetSet targets) {
+  std::string out;
+  for (LoraTarget t : kLoraTargets)
+    if (targets.has(t)) out += fmt::format("{}{}", out.empty() ? "" : ", ", to_string(t));
+  return out;
+}
+
+LoraShape FinetuneConfig::lora() const {
+  if (method != FineTune::lora) return {};
+  return {lora_rank, lora_alpha, parse_lora_targets(lora_targets).value_or(LoraTargetSet{})};
 }
 
 }  // namespace jumbo

@@ -80,6 +80,7 @@ const Choice* choice_for() {
   else if constexpr (std::is_same_v<T, Device>) return choice_of<Device, 2>();
   else if constexpr (std::is_same_v<T, AnomalyAction>) return choice_of<AnomalyAction, 3>();
   else if constexpr (std::is_same_v<T, ExpectNetwork>) return choice_of<ExpectNetwork, 4>();
+  else if constexpr (std::is_same_v<T, FineTune>) return choice_of<FineTune, 3>();
   else return nullptr;
 }
 
@@ -132,9 +133,10 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(train, max_anomalies), JUMBO_FIELD(train, anomaly_window),
         JUMBO_FIELD(train, rewind_skip_batches),
         // The device is part of the layout; users have always set it with the run's training.
-        JUMBO_KEY("device", parallel.device), JUMBO_FIELD(train, gpu)}},
+        JUMBO_KEY("device", parallel.device), JUMBO_FIELD(train, gpu),
+        JUMBO_FIELD(train, init_from)}},
       {"data", {JUMBO_FIELD(data, train), JUMBO_FIELD(data, valid), JUMBO_FIELD(data, tokenizer),
-                JUMBO_FIELD(data, chat_template)}},
+                JUMBO_FIELD(data, chat_template), JUMBO_FIELD(data, packing)}},
       {"checkpoint",
        {JUMBO_FIELD(checkpoint, dir), JUMBO_FIELD(checkpoint, every),
         JUMBO_FIELD(checkpoint, resume), JUMBO_FIELD(checkpoint, async),
@@ -146,6 +148,9 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name),
         JUMBO_FIELD(log, straggler_ratio), JUMBO_FIELD(log, straggler_intervals)}},
       {"comm", {JUMBO_FIELD(comm, expect_network)}},
+      {"finetune",
+       {JUMBO_FIELD(finetune, method), JUMBO_FIELD(finetune, lora_rank),
+        JUMBO_FIELD(finetune, lora_alpha), JUMBO_FIELD(finetune, lora_targets)}},
   };
   return sections;
 }
@@ -259,7 +264,7 @@ int64_t integer_value(const Origin& at, const Section& s, const Field& f, const 
 bool is_path(const Section& s, const Field& f) {
   const std::string key = fmt::format("{}.{}", s.name, f.key);
   for (const char* p : {"model.preset", "data.train", "data.valid", "data.tokenizer", "data.chat_template",
-                        "checkpoint.dir", "log.metrics_file", "log.emf_file"}) {
+                        "checkpoint.dir", "log.metrics_file", "log.emf_file", "train.init_from"}) {
     if (key == p) return true;
   }
   return false;
@@ -596,6 +601,7 @@ JUMBO_CHOICE(Recompute)
 JUMBO_CHOICE(Device)
 JUMBO_CHOICE(AnomalyAction)
 JUMBO_CHOICE(ExpectNetwork)
+JUMBO_CHOICE(FineTune)
 #undef JUMBO_CHOICE
 
 }  // namespace jumbo

@@ -281,6 +281,20 @@ void validate_model(const ModelConfig& m, const std::string& source) {
 
 namespace {
 // dp: what the world leaves, or (world_size 0) 1.
+void check_finetune(const Checks& c, const RunConfig& cfg) {
+  const FinetuneConfig& f = cfg.finetune;
+  if (f.method != FineTune::lora) return;
+  c.require(f.lora_rank >= 1 && f.lora_rank <= cfg.model.d_model,
+            "finetune.lora_rank = {}: expected 1 .. model.d_model = {}", f.lora_rank,
+            cfg.model.d_model);
+  c.require(f.lora_alpha > 0, "finetune.lora_alpha = {}: expected > 0", f.lora_alpha);
+  c.require(parse_lora_targets(f.lora_targets).has_value(), "finetune.lora_targets = \"{}\": expected {}",
+            f.lora_targets, kLoraTargetChoices);
+  c.require(!cfg.train.init_from.empty() || cfg.checkpoint.resume != "none",
+            "finetune.method = \"lora\" but train.init_from is empty: LoRA trains adapters on "
+            "a trained model's weights (set train.init_from to its checkpoint)");
+}
+
 int64_t check_run(const RunConfig& cfg, int world_size) {
   const Checks c(cfg.source);
   check_model(c, cfg.model);
@@ -289,6 +303,7 @@ int64_t check_run(const RunConfig& cfg, int world_size) {
   check_data(c, cfg);
   check_checkpoint(c, cfg.checkpoint);
   check_log(c, cfg.log);
+  check_finetune(c, cfg);
   return dp;
 }
 }  // namespace

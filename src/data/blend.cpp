@@ -97,15 +97,21 @@ Blend::Pick Blend::pick(int64_t global_index) const {
   return {d, cycle * weights_[d] + period_rank_[static_cast<size_t>(at)]};
 }
 
-BlendedSampler::BlendedSampler(std::vector<std::unique_ptr<GptSampler>> samplers,
+BlendedSampler::BlendedSampler(std::vector<std::unique_ptr<SampleSource>> samplers,
                                std::span<const double> weights)
     : samplers_(std::move(samplers)), blend_(weights) {
   if (samplers_.size() != weights.size()) throw std::invalid_argument("one weight per sampler");
+  for (const auto& s : samplers_) holds_examples_ = holds_examples_ || s->holds_examples();
 }
 
-void BlendedSampler::sample(int64_t index, int32_t* out) const {
+void BlendedSampler::sample(int64_t index, const SampleView& out) const {
   const Blend::Pick p = blend_.pick(index);
   samplers_[p.dataset]->sample(p.index, out);
+}
+
+int64_t BlendedSampler::loss_tokens(int64_t index) const {
+  const Blend::Pick p = blend_.pick(index);
+  return samplers_[p.dataset]->loss_tokens(p.index);
 }
 
 }  // namespace jumbo

@@ -46,6 +46,10 @@ uint64_t token_check_budget(uint64_t segment_tokens, uint64_t total_tokens) {
 
 std::string fingerprint_text(uint64_t f) { return fmt::format("{:#018x}", f); }
 
+const char* to_string(DocumentKind k) {
+  return k == DocumentKind::text ? "documents" : "prompt-completion examples";
+}
+
 const char* to_string(DatasetFormat f) {
   switch (f) {
     case DatasetFormat::jumbo: return "jumbo";
@@ -92,6 +96,15 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     header_.tokenizer_fingerprint = segments_[0]->tokenizer_fingerprint();
   }
   if (format_ != DatasetFormat::megatron) header_.dtype = jumbo_segment_dtype(*segments_[0]);
+  header_.kind = segments_[0]->kind();
+  for (const auto& s : segments_) {
+    if (s->kind() != header_.kind) {  // a sample reads across parts: one kind throughout
+      throw UserError(fmt::format("{}: holds {}, but {} holds {}; a dataset is documents or "
+                                  "prompt-completion examples throughout", s->bin_path(),
+                                  to_string(s->kind()), segments_[0]->bin_path(),
+                                  to_string(header_.kind)));
+    }
+  }
   // jumbo's formats record their vocabulary: check the tokens against it now.
   if (format_ != DatasetFormat::megatron) {
     for (const auto& s : segments_)
@@ -187,6 +200,15 @@ uint64_t IndexedDataset::doc_offset(uint64_t doc) const {
   const auto it = std::upper_bound(doc_starts_.begin(), doc_starts_.end() - 1, doc);
   const size_t s = static_cast<size_t>(it - doc_starts_.begin()) - 1;
   return token_starts_[s] + segments_[s]->doc_offset(doc - doc_starts_[s]);
+}
+
+uint64_t IndexedDataset::doc_loss_start(uint64_t doc) const {
+  if (doc >= header_.num_docs) {
+    throw std::out_of_range(fmt::format("{}: document {} of {}", prefix_, doc, header_.num_docs));
+  }
+  const auto it = std::upper_bound(doc_starts_.begin(), doc_starts_.end() - 1, doc);
+  const size_t s = static_cast<size_t>(it - doc_starts_.begin()) - 1;
+  return segments_[s]->loss_start(doc - doc_starts_[s]);
 }
 
 void IndexedDataset::read(uint64_t start, uint64_t count, int32_t* out) const {

@@ -26,7 +26,9 @@ namespace jumbo {
 namespace {
 
 constexpr char kMagic[8] = {'J', 'U', 'M', 'B', 'O', 'I', 'D', 'X'};
-constexpr uint32_t kVersion = 1;
+// Version 1: plain documents. Version 2: prompt-completion examples, the offsets followed by
+// each document's loss start (docs/data-format.md).
+constexpr uint32_t kVersionText = 1, kVersionExamples = 2;
 constexpr size_t kHeaderBytes = 64;
 // Token ids are int32 in memory, so vocabularies stop at 2^31.
 constexpr uint64_t kMaxVocab = uint64_t{1} << 31;
@@ -96,6 +98,7 @@ struct IndexedDatasetWriter::Impl {
   std::string prefix;
   DatasetHeader header;
   std::vector<uint64_t> offsets{0};
+  std::vector<uint64_t> loss_starts;  // prompt-completion only
   std::FILE* bin = nullptr;
   std::vector<uint8_t> buffer;  // one document's tokens in the file's dtype
   bool finished = false;
@@ -105,8 +108,9 @@ struct IndexedDatasetWriter::Impl {
 };
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, uint64_t vocab_size,
-                                           uint64_t tokenizer_fingerprint)
+                                           uint64_t tokenizer_fingerprint, DocumentKind kind)
     : impl_(std::make_unique<Impl>()) {
+  impl_->header.kind = kind;
   if (vocab_size == 0 || vocab_size > kMaxVocab) {
     throw UserError(fmt::format("{}: vocab size {} cannot be stored, expected 1 .. 2^31", prefix,
                                 vocab_size));
@@ -130,6 +134,22 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
+  if (impl_->header.kind != DocumentKind::text) {
+    throw std::logic_error("IndexedDatasetWriter: an example needs its loss start");
+  }
+  write_tokens(tokens);
+}
+
+void IndexedDatasetWriter::add_example(const std::vector<int32_t>& tokens, uint64_t loss_start) {
+  if (impl_->header.kind != DocumentKind::prompt_completion || loss_start >= tokens.size()) {
+    throw std::logic_error("IndexedDatasetWriter::add_example: a prompt-completion writer and "
+                           "a loss start inside the example");
+  }
+  impl_->loss_starts.push_back(loss_start);
+  write_tokens(tokens);
+}
+
+void IndexedDatasetWriter::write_tokens(const std::vector<int32_t>& tokens) {
   Impl& w = *impl_;
   if (w.finished) throw std::logic_error("IndexedDatasetWriter::add_document after finish()");
   const size_t width = token_bytes(w.header.dtype);
@@ -160,7 +180,8 @@ DatasetHeader IndexedDatasetWriter::finish() {
 
   std::vector<uint8_t> head(kHeaderBytes, 0);
   std::memcpy(head.data(), kMagic, sizeof kMagic);
-  store(&head[kOffVersion], kVersion);
+  const bool examples = w.header.kind == DocumentKind::prompt_completion;
+  store(&head[kOffVersion], examples ? kVersionExamples : kVersionText);
   head[kOffDtype] = static_cast<uint8_t>(w.header.dtype);
   store(&head[kOffVocab], w.header.vocab_size);
   store(&head[kOffFingerprint], w.header.tokenizer_fingerprint);
@@ -171,6 +192,7 @@ DatasetHeader IndexedDatasetWriter::finish() {
   try {
     write_all(idx, head.data(), head.size(), w.idx_tmp());
     write_all(idx, w.offsets.data(), w.offsets.size() * sizeof(uint64_t), w.idx_tmp());
+    write_all(idx, w.loss_starts.data(), w.loss_starts.size() * sizeof(uint64_t), w.idx_tmp());
   } catch (...) {
     std::fclose(idx);
     throw;
@@ -215,10 +237,12 @@ class JumboSegment final : public TokenSegment {
                                   "\"MMIDIDX\" (Megatron-LM): not an indexed dataset index", idx_path, printable(idx, sizeof kMagic)));
     }
     const auto version = load<uint32_t>(idx + kOffVersion);
-    if (version != kVersion) {
-      throw UserError(fmt::format("{}: format version {} at offset {}, expected {}", idx_path,
-                                  version, kOffVersion, kVersion));
+    if (version != kVersionText && version != kVersionExamples) {
+      throw UserError(fmt::format("{}: format version {} at offset {}, expected {} (documents) or "
+                                  "{} (prompt-completion examples)", idx_path, version,
+                                  kOffVersion, kVersionText, kVersionExamples));
     }
+    header_.kind = version == kVersionExamples ? DocumentKind::prompt_completion : DocumentKind::text;
     const uint8_t dtype = idx[kOffDtype];
     if (dtype != static_cast<uint8_t>(TokenDType::u16) && dtype != static_cast<uint8_t>(TokenDType::u32)) {
       throw UserError(fmt::format("{}: dtype {} at offset {}, expected 1 (uint16) or 2 (uint32)",
@@ -235,13 +259,17 @@ class JumboSegment final : public TokenSegment {
                                   idx_path, header_.vocab_size, kOffVocab, max_vocab,
                                   dtype == 1 ? "uint16" : "uint32"));
     }
-    const uint64_t expected_idx = kHeaderBytes + (header_.num_docs + 1) * 8;
+    const bool examples = header_.kind == DocumentKind::prompt_completion;
+    const uint64_t expected_idx =
+        kHeaderBytes + (header_.num_docs + 1) * 8 + (examples ? header_.num_docs * 8 : 0);
     if (header_.num_docs > (idx_.size() / 8) || idx_.size() != expected_idx) {
       throw UserError(fmt::format("{}: size {} bytes, expected {} ({}-byte header + {} x 8-byte "
-                                  "offsets for {} documents)", idx_path, idx_.size(), expected_idx,
-                                  kHeaderBytes, header_.num_docs + 1, header_.num_docs));
+                                  "offsets{} for {} documents)", idx_path, idx_.size(), expected_idx,
+                                  kHeaderBytes, header_.num_docs + 1,
+                                  examples ? " + a loss start each" : "", header_.num_docs));
     }
     offsets_ = reinterpret_cast<const uint64_t*>(idx + kHeaderBytes);  // 8-byte aligned
+    if (examples) loss_starts_ = offsets_ + header_.num_docs + 1;
     check_offsets();
     const size_t width = token_bytes(header_.dtype);
     if (header_.num_tokens > bin_.size() || bin_.size() != header_.num_tokens * width) {
@@ -256,6 +284,8 @@ class JumboSegment final : public TokenSegment {
   uint64_t num_tokens() const override { return header_.num_tokens; }
   uint64_t num_docs() const override { return header_.num_docs; }
   uint64_t doc_offset(uint64_t doc) const override { return offsets_[doc]; }
+  DocumentKind kind() const override { return header_.kind; }
+  uint64_t loss_start(uint64_t doc) const override { return loss_starts_ ? loss_starts_[doc] : 0; }
   uint64_t vocab_size() const override { return header_.vocab_size; }
   uint64_t tokenizer_fingerprint() const override { return header_.tokenizer_fingerprint; }
 
@@ -299,6 +329,15 @@ class JumboSegment final : public TokenSegment {
                                     offsets_[d], d - 1, offsets_[d - 1]));
       }
     }
+    for (uint64_t k = 0; loss_starts_ && k < checks; ++k) {
+      const uint64_t d = checks == docs ? k : k * (docs / checks);
+      if (loss_starts_[d] >= offsets_[d + 1] - offsets_[d]) {
+        throw UserError(fmt::format("{}: loss start of example {} (byte {}) is {}, expected below "
+                                    "its {} tokens", idx_.path(), d,
+                                    kHeaderBytes + 8 * (docs + 1 + d), loss_starts_[d],
+                                    offsets_[d + 1] - offsets_[d]));
+      }
+    }
     if (offsets_[docs] != header_.num_tokens) {
       throw UserError(fmt::format("{}: last offset (byte {}) is {}, expected num_tokens = {}",
                                   idx_.path(), kHeaderBytes + 8 * docs, offsets_[docs],
@@ -309,6 +348,7 @@ class JumboSegment final : public TokenSegment {
   MappedFile idx_, bin_;
   DatasetHeader header_;
   const uint64_t* offsets_ = nullptr;
+  const uint64_t* loss_starts_ = nullptr;
 };
 
 }  // namespace

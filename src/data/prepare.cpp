@@ -33,16 +33,38 @@ namespace {
 // that memory stays flat.
 constexpr size_t kBatchBytes = size_t{32} << 20;
 
+// A document encoded: its tokens and EOS, and where its loss starts (an example's
+// completion; 0 for text).
+struct EncodedDocument {
+  std::vector<int32_t> tokens;
+  uint64_t loss_start = 0;
+};
+
+// An example's prompt and completion are encoded apart, so the loss starts at a token
+// boundary whatever pieces span the seam (multi-word pieces would merge across it); the
+// completion as it continues the prompt (no word-start mark of its own: " press" is
+// "▁press", as in the prompt + completion text), which is what eval scores after a context.
+EncodedDocument encode_document(const Tokenizer& tok, const InputDocument& doc, DocumentKind kind) {
+  EncodedDocument e{tok.encode(doc.text), 0};
+  if (kind == DocumentKind::prompt_completion) {
+    e.loss_start = e.tokens.size();
+    const std::vector<int32_t> completion = encode_after_boundary(tok, doc.completion);
+    e.tokens.insert(e.tokens.end(), completion.begin(), completion.end());
+  }
+  e.tokens.push_back(tok.eos_id());
+  return e;
+}
+
 // Encodes docs[i] into out[i], documents dealt round-robin to threads; the result does not
 // depend on the thread count.
-void encode_all(const Tokenizer& tok, const std::vector<std::string>& docs, int threads_wanted,
-                std::vector<std::vector<int32_t>>& out) {
+void encode_all(const Tokenizer& tok, const std::vector<InputDocument>& docs, DocumentKind kind,
+                int threads_wanted, std::vector<EncodedDocument>& out) {
   out.assign(docs.size(), {});
   const size_t threads = std::min<size_t>(docs.size(), static_cast<size_t>(threads_wanted));
   std::vector<std::exception_ptr> errors(threads);
   auto work = [&](size_t t) {
     try {
-      for (size_t i = t; i < docs.size(); i += threads) out[i] = tok.encode(docs[i]);
+      for (size_t i = t; i < docs.size(); i += threads) out[i] = encode_document(tok, docs[i], kind);
     } catch (...) {
       errors[t] = std::current_exception();
     }
@@ -84,6 +106,7 @@ std::string job_text(const PrepareOptions& o, const std::vector<std::string>& fi
   }
   const nlohmann::json j = {{"inputs", inputs},
                             {"json_key", o.json_key},
+                            {"format", to_string(o.kind)},
                             {"part_bytes", o.part_bytes},
                             {"bad_documents", o.bad_documents == BadDocuments::skip ? "skip" : "fail"},
                             {"tokenizer_fingerprint", fingerprint_text(tokenizer_fingerprint)}};
@@ -114,11 +137,12 @@ void start_job(const std::string& prefix, const std::string& job) {
 }
 
 // A part a previous run of this job finished (both files renamed into place, sizes agree).
-bool part_complete(const std::string& part, uint64_t vocab, uint64_t fingerprint) {
+bool part_complete(const std::string& part, uint64_t vocab, uint64_t fingerprint,
+                   DocumentKind kind) {
   if (!fs::exists(part + ".idx") || !fs::exists(part + ".bin")) return false;
   try {
     const DatasetHeader h = read_jumbo_header(part);
-    return h.vocab_size == vocab && h.tokenizer_fingerprint == fingerprint;
+    return h.vocab_size == vocab && h.tokenizer_fingerprint == fingerprint && h.kind == kind;
   } catch (const UserError&) {
     return false;
   }
@@ -202,9 +226,9 @@ std::vector<std::string> read_documents(const std::string& path, const std::stri
   if (ec) throw UserError(fmt::format("{}: cannot open ({})", path, ec.message()));
   std::vector<std::string> all;
   UnitStats stats;
-  for_each_unit_batch({path, 0, size, is_jsonl(path)}, json_key, BadDocuments::fail, SIZE_MAX,
-                      [&](std::vector<std::string>& docs) {
-                        for (auto& d : docs) all.push_back(std::move(d));
+  for_each_unit_batch({path, 0, size, is_jsonl(path)}, {DocumentKind::text, json_key},
+                      BadDocuments::fail, SIZE_MAX, [&](std::vector<InputDocument>& docs) {
+                        for (auto& d : docs) all.push_back(std::move(d.text));
                       },
                       stats);
   return all;
@@ -236,23 +260,23 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
   Progress progress(ranks.rank() == 0 ? opts.progress_every_s : 0, my_bytes, ranks.size());
   UnitStats done;
   uint64_t tokens = 0, reused = 0, reused_bytes = 0;  // reused_bytes: in done.bytes, for progress
-  std::vector<std::vector<int32_t>> encoded;
+  std::vector<EncodedDocument> encoded;
   for (size_t u = me; u < units.size(); u += n) {
     const std::string part = part_prefix(prefix, u);
-    if (part_complete(part, vocab, tok.fingerprint())) {
+    if (part_complete(part, vocab, tok.fingerprint(), opts.kind)) {
       ++reused;
       reused_bytes += units[u].end - units[u].begin;
       done.bytes += units[u].end - units[u].begin;
       continue;
     }
-    IndexedDatasetWriter writer(part, vocab, tok.fingerprint());
-    for_each_unit_batch(units[u], opts.json_key, opts.bad_documents, kBatchBytes,
-                        [&](std::vector<std::string>& docs) {
-                          encode_all(tok, docs, threads, encoded);
-                          for (auto& ids : encoded) {
-                            ids.push_back(tok.eos_id());
-                            tokens += ids.size();
-                            writer.add_document(ids);
+    IndexedDatasetWriter writer(part, vocab, tok.fingerprint(), opts.kind);
+    for_each_unit_batch(units[u], {opts.kind, opts.json_key}, opts.bad_documents, kBatchBytes,
+                        [&](std::vector<InputDocument>& docs) {
+                          encode_all(tok, docs, opts.kind, threads, encoded);
+                          for (const EncodedDocument& doc : encoded) {
+                            tokens += doc.tokens.size();
+                            if (opts.kind == DocumentKind::text) writer.add_document(doc.tokens);
+                            else writer.add_example(doc.tokens, doc.loss_start);
                           }
                           progress.update(done, tokens);
                         },
@@ -278,6 +302,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
       r.header.num_docs += h.num_docs;
       r.header.num_tokens += h.num_tokens;
       r.header.dtype = h.dtype;
+      r.header.kind = h.kind;
     }
     if (r.header.num_docs == 0) {
       throw UserError(fmt::format("data prepare: {} hold no documents{}", fmt::join(opts.inputs, ", "),
@@ -290,6 +315,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
   r.header.num_tokens = sum(static_cast<double>(r.header.num_tokens));
   r.header.dtype = vocab <= 65536 ? TokenDType::u16 : TokenDType::u32;
   r.header.vocab_size = vocab;
+  r.header.kind = opts.kind;
   r.header.tokenizer_fingerprint = tok.fingerprint();
   r.parts = units.size();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

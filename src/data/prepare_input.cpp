@@ -122,6 +122,21 @@ std::string document_of_json_line(std::string_view line, const std::string& json
   return "";
 }
 
+std::string example_of_json_line(std::string_view line, std::string& prompt,
+                                 std::string& completion) {
+  if (std::string why = document_of_json_line(line, "prompt", prompt); !why.empty()) return why;
+  nlohmann::json obj = nlohmann::json::parse(line);  // valid: checked just above
+  const auto field = obj.find("completion");
+  if (field == obj.end() || !field->is_string()) {
+    return fmt::format("{}, expected a string field \"completion\"",
+                       field == obj.end() ? "no such key"
+                                          : "the value is a " + std::string(field->type_name()));
+  }
+  completion = field->get<std::string>();
+  if (completion.empty()) return "the completion is empty, expected the text to learn";
+  return "";
+}
+
 bool is_jsonl(const std::string& path) {
   return path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
 }
@@ -142,23 +157,23 @@ std::vector<InputUnit> plan_units(const std::vector<std::string>& files, uint64_
   return units;
 }
 
-void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, BadDocuments bad,
+void for_each_unit_batch(const InputUnit& unit, const DocumentFields& fields, BadDocuments bad,
                          size_t batch_bytes,
-                         const std::function<void(std::vector<std::string>&)>& batch,
+                         const std::function<void(std::vector<InputDocument>&)>& batch,
                          UnitStats& stats) {
   const std::string& path = unit.path;
   File f = open_input(path);
-  std::vector<std::string> docs;
+  std::vector<InputDocument> docs;
   size_t pending = 0;
   auto reject = [&](uint64_t line_offset, const std::string& why) {
     const std::string where = fmt::format("{}:{}: {}", path, line_number(path, line_offset), why);
     if (bad == BadDocuments::fail) throw UserError(where);
     if (stats.skipped++ == 0) stats.first_skipped = where;
   };
-  auto take = [&](std::string doc, uint64_t bytes) {
+  auto take = [&](InputDocument doc, uint64_t bytes) {
     stats.documents += 1;
     stats.bytes += bytes;
-    pending += doc.size();
+    pending += doc.text.size() + doc.completion.size();
     docs.push_back(std::move(doc));
     if (pending >= batch_bytes) {
       batch(docs);
@@ -167,6 +182,10 @@ void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, Bad
     }
   };
 
+  if (!unit.jsonl && fields.kind == DocumentKind::prompt_completion) {
+    throw UserError(fmt::format("{}: not a .jsonl file; prompt-completion examples are JSON lines "
+                                "{{\"prompt\": ..., \"completion\": ...}}", path));
+  }
   if (!unit.jsonl) {  // the whole file is one document
     std::string text(static_cast<size_t>(unit.end), '\0');
     if (unit.end > 0 && std::fread(text.data(), 1, text.size(), f.get()) != text.size()) {
@@ -175,7 +194,7 @@ void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, Bad
     if (const size_t at = invalid_utf8_at(text); at != std::string::npos) {
       reject(at, fmt::format("invalid UTF-8 at byte {} (expected UTF-8 text)", at));
     } else {
-      take(std::move(text), unit.end);
+      take({std::move(text), {}}, unit.end);
     }
     if (!docs.empty()) batch(docs);
     return;
@@ -192,7 +211,7 @@ void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, Bad
   // buffer[0, filled) holds file bytes from `buffer_offset`; lines are cut from it in place.
   std::string buffer;
   uint64_t buffer_offset = start, line_begin = start;
-  std::string doc;
+  InputDocument doc;
   while (line_begin < unit.end && line_begin < size) {
     const size_t local = static_cast<size_t>(line_begin - buffer_offset);
     const size_t newline = buffer.find('\n', local);
@@ -214,7 +233,9 @@ void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, Bad
     const uint64_t this_line = line_begin;
     line_begin = buffer_offset + line_end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines
-    const std::string why = document_of_json_line(line, json_key, doc);
+    const std::string why = fields.kind == DocumentKind::text
+                                ? document_of_json_line(line, fields.json_key, doc.text)
+                                : example_of_json_line(line, doc.text, doc.completion);
     if (!why.empty()) {
       reject(this_line, why);
       continue;

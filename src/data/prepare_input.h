@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jumbo/data/bad_documents.h"
+#include "jumbo/data/indexed_dataset.h"
 
 namespace jumbo {
 
@@ -28,6 +29,22 @@ bool is_jsonl(const std::string& path);
 std::string document_of_json_line(std::string_view line, const std::string& json_key,
                                   std::string& doc);
 
+// The example of one .jsonl line of prompt-completion data: {"prompt": str, "completion": str}
+// (both strings, the completion not empty), or why the line is not one.
+std::string example_of_json_line(std::string_view line, std::string& prompt,
+                                 std::string& completion);
+
+// What a unit's lines are read as: documents under a key, or prompt-completion examples.
+struct DocumentFields {
+  DocumentKind kind = DocumentKind::text;
+  std::string json_key = "text";
+};
+
+// One input document: its text (a prompt-completion example's prompt) and the completion.
+struct InputDocument {
+  std::string text, completion;
+};
+
 // Every file cut into units of part_bytes (.jsonl) or one unit (other files; none for an empty
 // .jsonl), in input order then byte order.
 std::vector<InputUnit> plan_units(const std::vector<std::string>& files, uint64_t part_bytes);
@@ -40,9 +57,9 @@ struct UnitStats {
 // Calls `batch` with consecutive groups of the unit's documents of about batch_bytes of text.
 // A bad document throws UserError naming the file and line, or with BadDocuments::skip is
 // counted in stats and left out.
-void for_each_unit_batch(const InputUnit& unit, const std::string& json_key, BadDocuments bad,
+void for_each_unit_batch(const InputUnit& unit, const DocumentFields& fields, BadDocuments bad,
                          size_t batch_bytes,
-                         const std::function<void(std::vector<std::string>&)>& batch,
+                         const std::function<void(std::vector<InputDocument>&)>& batch,
                          UnitStats& stats);
 
 }  // namespace jumbo

@@ -49,26 +49,41 @@ GptSampler::GptSampler(const IndexedDataset& data, int64_t seq_len, uint64_t see
   samples_per_epoch_ = static_cast<int64_t>((tokens - 1) / static_cast<uint64_t>(seq_len));
 }
 
-int64_t GptSampler::permuted(int64_t index) const {
-  if (index < 0) throw std::out_of_range(fmt::format("sample index {} is negative", index));
-  const uint64_t n = static_cast<uint64_t>(samples_per_epoch_);
-  const uint64_t epoch = static_cast<uint64_t>(index) / n;
-  const uint64_t position = static_cast<uint64_t>(index) % n;
-  if (!shuffle_ || n == 1) return static_cast<int64_t>(position);
+int64_t shuffled_position(int64_t position, int64_t items, uint64_t seed, uint64_t epoch) {
+  const uint64_t n = static_cast<uint64_t>(items);
+  if (n <= 1) return position;
   // Smallest h with 2^(2h) >= n, at least 1 so both halves have a bit.
   const int bits = std::bit_width(n - 1);
   const int half_bits = std::max(1, (bits + 1) / 2);
-  const uint64_t key = splitmix64(seed_ ^ splitmix64(epoch ^ 0x6a756d626f5f6570ull));
-  uint64_t x = position;
+  const uint64_t key = splitmix64(seed ^ splitmix64(epoch ^ 0x6a756d626f5f6570ull));
+  uint64_t x = static_cast<uint64_t>(position);
   do {
     x = feistel(x, key, half_bits);
   } while (x >= n);
   return static_cast<int64_t>(x);
 }
 
-void GptSampler::sample(int64_t index, int32_t* out) const {
+int64_t GptSampler::permuted(int64_t index) const {
+  if (index < 0) throw std::out_of_range(fmt::format("sample index {} is negative", index));
+  const int64_t n = samples_per_epoch_;
+  const int64_t epoch = index / n, position = index % n;
+  if (!shuffle_) return position;
+  return shuffled_position(position, n, seed_, static_cast<uint64_t>(epoch));
+}
+
+void GptSampler::window(int64_t index, int32_t* out) const {
   const uint64_t start = static_cast<uint64_t>(permuted(index)) * static_cast<uint64_t>(seq_len_);
   data_.read(start, static_cast<uint64_t>(seq_len_) + 1, out);
+}
+
+void GptSampler::sample(int64_t index, const SampleView& out) const {
+  const uint64_t start = static_cast<uint64_t>(permuted(index)) * static_cast<uint64_t>(seq_len_);
+  const auto seq = static_cast<uint64_t>(seq_len_);
+  data_.read(start, seq, out.tokens);
+  data_.read(start + 1, seq, out.targets);
+  if (out.positions) {
+    for (int64_t t = 0; t < seq_len_; ++t) out.positions[t] = static_cast<int32_t>(t);
+  }
 }
 
 }  // namespace jumbo

@@ -50,6 +50,9 @@ class TokenSegment {
   // Token offset of document `doc`'s start within this segment; doc == num_docs() gives
   // num_tokens(). The caller keeps doc <= num_docs().
   virtual uint64_t doc_offset(uint64_t doc) const = 0;
+  // Prompt-completion examples record where each one's loss starts (docs/data-format.md).
+  virtual DocumentKind kind() const { return DocumentKind::text; }
+  virtual uint64_t loss_start(uint64_t /*doc*/) const { return 0; }
   // Copies tokens [start, start + count) of this segment into out as int32; the caller keeps
   // the range inside the segment.
   virtual void read(uint64_t start, uint64_t count, int32_t* out) const = 0;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "jumbo/config/config.h"
+#include "jumbo/config/hashing.h"
 
 // Exported by libsentencepiece but not declared in its public headers: the trainer logs every
 // EM iteration to stderr unless the level is raised.
@@ -49,15 +50,6 @@ class SampleIterator : public sentencepiece::SentenceIterator {
   std::vector<std::string>& lines_;
   size_t next_ = 0;
 };
-
-uint64_t fnv1a64(const std::string& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 [[noreturn]] void bad_option(const std::string& flag, const std::string& value,
                              const std::string& expected) {
@@ -216,6 +208,35 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
         fmt::format("{}: cannot decode {} ids: {}", path_, ids.size(), status.ToString()));
   }
   return text;
+}
+
+namespace {
+
+bool is_byte_piece(const Tokenizer& tokenizer, int32_t id) {
+  if (tokenizer.is_learned(id)) return false;
+  const std::string p = tokenizer.piece(id);
+  return p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>';
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text) {
+  if (text.empty()) return {};
+  // A character outside the vocabulary (a byte-fallback character: no piece holds it) ends
+  // every piece before it, so what follows is segmented as if the text began there; encode
+  // puts its word-start mark before the sentinel, not before the text.
+  static const char* const kSentinels[] = {"\n", "\x01", "\xee\x80\x80"};
+  for (const char* sentinel : kSentinels) {
+    const std::vector<int32_t> head = tokenizer.encode(sentinel);
+    if (head.empty() || !is_byte_piece(tokenizer, head.back())) continue;
+    const std::vector<int32_t> all = tokenizer.encode(sentinel + text);
+    if (all.size() < head.size() || !std::equal(head.begin(), head.end(), all.begin())) continue;
+    return {all.begin() + static_cast<std::ptrdiff_t>(head.size()), all.end()};
+  }
+  throw UserError(fmt::format(
+      "{}: no character outside the vocabulary (a newline, U+0001 or U+E000) to encode a "
+      "continuation after a piece boundary with",
+      tokenizer.path()));
 }
 
 int64_t utf8_chars(const std::string& s) {

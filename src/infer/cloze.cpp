@@ -57,12 +57,6 @@ const char* to_string(ClozeScoring s) { return s == ClozeScoring::whole ? "whole
 
 namespace {
 
-bool is_byte_piece(const Tokenizer& tokenizer, int32_t id) {
-  if (tokenizer.is_learned(id)) return false;
-  const std::string p = tokenizer.piece(id);
-  return p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>';
-}
-
 // The characters `tokens` add after `context` (both whole token lists, decoded as one
 // document): decode(context + tokens) minus decode(context), or, where the context's text
 // ends in bytes of a character the tokens finish, the tokens' own texts (token_texts).
@@ -79,25 +73,6 @@ std::string scored_text(const Tokenizer& tokenizer, const std::vector<int32_t>& 
 }
 
 }  // namespace
-
-std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text) {
-  if (text.empty()) return {};
-  // A character outside the vocabulary (a byte-fallback character: no piece holds it) ends
-  // every piece before it, so what follows is segmented as if the text began there; encode
-  // puts its word-start mark before the sentinel, not before the text.
-  static const char* const kSentinels[] = {"\n", "\x01", "\xee\x80\x80"};
-  for (const char* sentinel : kSentinels) {
-    const std::vector<int32_t> head = tokenizer.encode(sentinel);
-    if (head.empty() || !is_byte_piece(tokenizer, head.back())) continue;
-    const std::vector<int32_t> all = tokenizer.encode(sentinel + text);
-    if (all.size() < head.size() || !std::equal(head.begin(), head.end(), all.begin())) continue;
-    return {all.begin() + static_cast<std::ptrdiff_t>(head.size()), all.end()};
-  }
-  throw UserError(fmt::format(
-      "{}: no character outside the vocabulary (a newline, U+0001 or U+E000) to encode a "
-      "continuation after a piece boundary with",
-      tokenizer.path()));
-}
 
 PairTokens split_pair(const Tokenizer& tokenizer, const std::string& context,
                       const std::string& continuation, ClozeScoring scoring) {

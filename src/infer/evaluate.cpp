@@ -50,9 +50,9 @@ class RunWindows final : public MicrobatchSource {
     next_ = 0;
     scored_.assign(windows_.size(), {0, 0});
   }
-  void next(int32_t* tokens, int32_t* targets) override {
+  void next(const MicrobatchView& mb) override {
     for (int64_t b = 0; b < micro_batch_; ++b, ++next_) {
-      WindowTokens w{tokens + b * seq_, targets + b * seq_, 0, 0};
+      WindowTokens w{mb.tokens + b * seq_, mb.targets + b * seq_, 0, 0};
       const int64_t k = windows_[static_cast<size_t>(next_)];
       if (k < 0) {  // padding of the last microbatch: scores nothing
         std::fill(w.tokens, w.tokens + seq_, 0);

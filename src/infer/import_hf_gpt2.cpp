@@ -26,6 +26,7 @@
 #include "jumbo/ckpt/manifest.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/infer/export_hf.h"
+#include "jumbo/infer/whole_checkpoint.h"
 #include "jumbo/model/checkpoint_names.h"
 #include "jumbo/model/gpt.h"
 #include "jumbo/parallel/stage_plan.h"
@@ -436,26 +437,6 @@ ChosenTokenizer choose_tokenizer(const HfGpt2ImportOptions& o, int64_t vocab_siz
 
 // ---- -o ----------------------------------------------------------------------------------
 
-// -o must be a new checkpoint root: missing, or an empty directory. So a failure can remove
-// everything there, and an import never mixes with another run's checkpoints.
-bool check_output_root(const std::string& root) {
-  if (root.empty() || is_s3_url(root)) {
-    throw UserError(fmt::format("-o {}: expected a local directory (the checkpoint root to "
-                                "create)", root));
-  }
-  std::error_code ec;
-  if (!fs::exists(root, ec)) return false;
-  if (!fs::is_directory(root, ec)) {
-    throw UserError(fmt::format("-o {}: exists and is not a directory; expected a new "
-                                "checkpoint root", root));
-  }
-  if (!fs::is_empty(root, ec)) {
-    throw UserError(fmt::format("-o {}: is not empty; expected a new (or empty) checkpoint "
-                                "root, so the import cannot mix with other checkpoints", root));
-  }
-  return true;
-}
-
 std::string dtype_list(const std::map<std::string, const StoredTensor*>& tensors) {
   std::set<std::string> names;
   for (const auto& [name, t] : tensors) names.insert(t->dtype_name);
@@ -465,7 +446,7 @@ std::string dtype_list(const std::map<std::string, const StoredTensor*>& tensors
 }  // namespace
 
 HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
-  const bool root_existed = check_output_root(opts.out_root);
+  const bool root_existed = check_new_checkpoint_root(opts.out_root);
   std::error_code ec;
   if (!fs::is_directory(opts.source_dir, ec)) {
     throw UserError(fmt::format("{}: no such directory; expected a Hugging Face GPT-2 directory "
@@ -490,9 +471,6 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   std::vector<StatePiece> state = state_pieces(plan.params, plan.optimizer_ranges, StateUse::save);
   std::map<std::string, const HfGpt2Tensor*> entries;
   for (const HfGpt2Tensor& t : table) entries[t.jumbo_name] = &t;
-  int64_t largest = 0;
-  for (const StatePiece& sp : state) largest = std::max(largest, sp.piece.count());
-  const std::vector<float> zero_moments(static_cast<size_t>(largest), 0.0f);  // shared, read only
   std::vector<std::vector<float>> masters;
   std::vector<PieceData> pieces;
   const std::vector<int64_t> qkv_order = hf_gpt2_qkv_order(model.d_model, model.heads);
@@ -504,8 +482,7 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
     }
     std::vector<float>& master = masters.emplace_back(static_cast<size_t>(sp.piece.count()));
     fill_piece(sp.piece, *entry->second, *sources.at(sp.piece.name), qkv_order, master.data());
-    auto* zeros = const_cast<float*>(zero_moments.data());  // build_shard_image only reads
-    pieces.push_back({std::move(sp.piece), {master.data(), zeros, zeros}});
+    pieces.push_back({std::move(sp.piece), {master.data(), nullptr, nullptr}});
     entries.erase(entry);
   }
   if (!entries.empty()) {
@@ -514,47 +491,14 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   }
   for (const HfGpt2Tensor& t : table) stats.parameters += shape_numel(t.jumbo_shape);
 
-  const std::string dir = checkpoint_dir_name(0);
-  stats.checkpoint_dir = (fs::path(opts.out_root) / dir).string();
-  fs::create_directories(opts.out_root, ec);
-  if (ec) {
-    throw UserError(fmt::format("-o {}: cannot create the directory ({})", opts.out_root,
-                                ec.message()));
-  }
-  try {
-    const std::unique_ptr<Storage> out = open_file_storage(opts.out_root);
-    const std::vector<char> image =
-        build_shard_image(pieces, {{"step", 0}, {"format_version", kCheckpointFormatVersion}});
-    const std::string shard = shard_file_name(at);
-    out->write(join_dir(dir, shard), image.data(), image.size());
-    stats.bytes = static_cast<int64_t>(image.size());
-    std::vector<TensorPiece> described;
-    for (const PieceData& pd : pieces) described.push_back(pd.piece);
-    const std::string record =
-        shard_record_to_json({shard, stats.bytes, file_crc32(image)}, described) + "\n";
-    // The tokenizer beside the checkpoints, named by the manifest (data.tokenizer) as a run's.
-    out->write("tokenizer.model", tokenizer.bytes.data(), tokenizer.bytes.size());
-    Manifest header;  // step 0, nothing consumed: a start, not a resume of GPT-2's training
-    header.model = model;
-    header.layout = layout;
-    header.layout.stage_layers = stage_layer_range(model, layout, 0).per_stage;
-    header.precision = Precision::fp32;
-    header.tokenizer = fs::absolute(fs::path(opts.out_root) / "tokenizer.model")
-                           .lexically_normal().string();
-    write_manifest(*out, dir, std::move(header), {std::vector<char>(record.begin(), record.end())});
-  } catch (...) {
-    // -o was missing or empty: everything in it is this import's.
-    if (root_existed) {
-      std::vector<fs::path> written;
-      for (const fs::directory_entry& e : fs::directory_iterator(opts.out_root, ec)) {
-        written.push_back(e.path());
-      }
-      for (const fs::path& p : written) fs::remove_all(p, ec);
-    } else {
-      fs::remove_all(opts.out_root, ec);
-    }
-    throw;
-  }
+  stats.checkpoint_dir = (fs::path(opts.out_root) / checkpoint_dir_name(0)).string();
+  Manifest header;  // step 0, nothing consumed: a start, not a resume of GPT-2's training
+  header.model = model;
+  header.precision = Precision::fp32;
+  // The tokenizer beside the checkpoints, named by the manifest (data.tokenizer) as a run's.
+  header.tokenizer = fs::absolute(fs::path(opts.out_root) / "tokenizer.model").lexically_normal().string();
+  stats.bytes = write_whole_checkpoint(opts.out_root, root_existed, std::move(pieces), std::move(header),
+                                       {{"tokenizer.model", std::vector<char>(tokenizer.bytes.begin(), tokenizer.bytes.end())}});
   return stats;
 }
 

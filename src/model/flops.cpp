@@ -33,22 +33,6 @@ double model_flops_per_token(const ModelConfig& m, int64_t seq) {
   return model_flops_per_iteration(m, 1, seq) / static_cast<double>(seq);
 }
 
-const char* to_string(LoraTarget t) {
-  switch (t) {
-    case LoraTarget::qkv: return "qkv";
-    case LoraTarget::proj: return "proj";
-    case LoraTarget::fc1: return "fc1";
-    case LoraTarget::fc2: return "fc2";
-  }
-  return "?";
-}
-
-int64_t LoraTargetSet::count() const {
-  int64_t n = 0;
-  for (LoraTarget t : kLoraTargets) n += has(t) ? 1 : 0;
-  return n;
-}
-
 LoraLayerShard lora_layer_adapters(const ModelConfig& m, int64_t rank, LoraTargetSet targets,
                                    int64_t tp) {
   const int64_t h = m.d_model, f = m.ffn_dim();

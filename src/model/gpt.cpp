@@ -7,24 +7,9 @@
 #include <stdexcept>
 
 #include "jumbo/model/checkpoint_names.h"
+#include "jumbo/model/lora.h"
 
 namespace jumbo {
-namespace {
-
-ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<int64_t> offset,
-                     std::vector<int64_t> local, InitKind init, float std, bool decay,
-                     bool replicated) {
-  ParamInfo p;
-  p.name = std::move(name);
-  p.slice = Slice{std::move(global), std::move(offset), std::move(local)};
-  p.init = init;
-  p.init_std = std;
-  p.weight_decay = decay;
-  p.tp_replicated = replicated;
-  return p;
-}
-
-}  // namespace
 
 GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp)
     : cfg_(cfg), opts_(opts), backend_(backend), tp_(tp), region_(backend, tp) {
@@ -51,17 +36,27 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
     throw std::logic_error("GptModel: sequence parallelism needs seq divisible by tp");
   }
   seq_part_ = sp_ ? opts_.seq / tp_size_ : opts_.seq;
+  lora_ = opts_.lora.rank > 0;
   register_params();
-  params_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
+  // LoRA's base trains nothing: weights only, in the compute dtype (bf16 in mixed precision).
+  params_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple,
+                   lora_ ? GradBuffer::none : GradBuffer::allocated);
+  if (lora_) {
+    adapters_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
+    lora_ctx_ = std::make_unique<LoraContext>(LoraContext{
+        adapters_, static_cast<float>(opts_.lora.scale()), Tensor{}});
+  }
   Arena counting;
   layout_activations(counting);
   acts_arena_ = backend_.device().make_arena(counting.used(), "activations");
   layout_activations(acts_arena_);
+  if (lora_) lora_ctx_->scratch = lora_scratch_;
   if (sp_) {
     region_ = TensorParallelRegion(backend_, tp_, {.batch = opts_.micro_batch, .seq = opts_.seq,
                                                    .width = cfg_.d_model, .stage = sp_stage_});
   }
   host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
+  if (sp_) host_positions_part_.resize(static_cast<size_t>(opts_.micro_batch * seq_part_));
 }
 
 KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions& opts) {
@@ -83,7 +78,7 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
   // Sequence parallelism splits the norms' and the position embedding's inputs over tp.
   const bool sp = opts.sequence_parallel && tp_size > 1;
   auto sequence_split = [sp](ParamInfo p) {
-    p.sequence_partial = sp;
+    p.tp_partial_grad = sp;
     return p;
   };
   // The tied embedding comes first in the flat buffer on the first and the last stage: its
@@ -162,6 +157,24 @@ void GptModel::register_params() {
   lnf_w_ = ix.lnf_w;
   lnf_b_ = ix.lnf_b;
   layer_params_ = ix.layers;
+  if (!lora_) return;
+  for (ParamInfo& p : lora_stage_params(cfg_, opts_, tp_rank_, tp_size_)) adapters_.add(std::move(p));
+  const std::vector<LoraLayerParams> adapters = lora_layer_index(opts_);
+  for (size_t l = 0; l < layer_params_.size(); ++l) layer_params_[l].lora = adapters[l];
+}
+
+int64_t GptModel::layer_weights_end(const LayerParams& p) const {
+  if (!lora_) {
+    return flat_end({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b,
+                     p.fc1_w, p.fc1_b, p.fc2_w, p.fc2_b});
+  }
+  int64_t end = 0;
+  for (LoraTarget t : kLoraTargets) {
+    if (!p.lora.has(t)) continue;
+    const ParamInfo& b = adapters_.info(p.lora.b[static_cast<size_t>(t)]);
+    end = std::max(end, b.flat_offset + b.numel());
+  }
+  return end;
 }
 
 void GptModel::layout_activations(Arena& arena) {
@@ -191,6 +204,11 @@ void GptModel::layout_activations(Arena& arena) {
     la.fch = arena.alloc(t, {b, s, ffn_local_});
     la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
     la.residual3 = arena.alloc(t, {b, sp, c});
+    for (LoraTarget target : kLoraTargets) {
+      if (lora_ && opts_.lora.targets.has(target)) {
+        la.lora_h[static_cast<size_t>(target)] = arena.alloc(t, {n, opts_.lora.rank});
+      }
+    }
   };
   recomputed_ = LayerActs{};
   if (opts_.num_layers > 0 && opts_.recompute == Recompute::full) alloc_layer(recomputed_, true);
@@ -202,6 +220,8 @@ void GptModel::layout_activations(Arena& arena) {
   for (Slot& slot : slots_) {
     slot.tokens = arena.alloc(DType::i32, {n});
     slot.targets = arena.alloc(DType::i32, {n});
+    slot.positions = arena.alloc(DType::i32, {n});
+    slot.positions_part = sp_ ? arena.alloc(DType::i32, {b * sp}) : slot.positions;
     slot.encoded = arena.alloc(t, {b, sp, c});
     if (!opts_.has_embedding || opts_.chunks > 1) slot.dinput = arena.alloc(t, {b, sp, c});
     for (int64_t l = 0; l < opts_.num_layers; ++l) {
@@ -239,6 +259,14 @@ void GptModel::layout_activations(Arena& arena) {
   dfch_ = arena.alloc(t, {b, s, ffn_local_});
   dfch_gelu_ = arena.alloc(t, {b, s, ffn_local_});
   dprobs_ = arena.alloc(f32, {b, heads_local_, s, stats_cols});
+  if (lora_) {
+    // The widest map's output (qkv's 3C/tp, fc1's F/tp, proj's and fc2's C) and dx's widest
+    // input (C, F/tp): B's output in the forward, dh A in the backward.
+    lora_scratch_ = arena.alloc(t, {n * std::max({3 * c_local, ffn_local_, c})});
+    lora_dh_ = arena.alloc(t, {n, opts_.lora.rank});
+    frozen_norm_w_ = arena.alloc(f32, {c});
+    frozen_norm_b_ = arena.alloc(f32, {c});
+  }
   for (Slot& slot : slots_) {
     for (size_t l = 0; l < slot.layers.size(); ++l) {
       LayerActs& la = slot.layers[l];
@@ -266,7 +294,7 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.ce_target_logit(ce_target_, logits_, s.targets, vocab_start_);
   tp_.all_reduce(ce_sumexp_, ReduceOp::sum);
   tp_.all_reduce(ce_target_, ReduceOp::sum);
-  backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_);
+  backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_, s.targets);
 }
 
 int64_t GptModel::flat_end(std::initializer_list<int> params) const {
@@ -277,31 +305,49 @@ int64_t GptModel::flat_end(std::initializer_list<int> params) const {
   return end;
 }
 
-void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets) {
+void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets,
+                       const int32_t* positions) {
   Slot& s = slots_[slot];
   s.chunk = chunk;
+  s.packed = positions != nullptr;
+  if (s.packed) {
+    backend_.from_host(s.positions, positions);
+    if (sp_) {  // this rank's part: positions [tp_rank x S/tp, +S/tp) of each sequence
+      const int64_t b = opts_.micro_batch, seq = opts_.seq;
+      host_positions_part_.resize(static_cast<size_t>(b * seq_part_));
+      for (int64_t i = 0; i < b; ++i) {
+        std::copy_n(positions + i * seq + tp_rank_ * seq_part_, seq_part_,
+                    host_positions_part_.begin() + i * seq_part_);
+      }
+      backend_.from_host(s.positions_part, host_positions_part_.data());
+    }
+  }
+  causal_.positions = s.packed ? s.positions : Tensor{};
   const int64_t base = chunk * opts_.num_layers;
   auto need = [&](std::initializer_list<int> params) {
     if (weights_needed_) weights_needed_(flat_end(params));
   };
   if (opts_.has_embedding && chunk == 0) {
-    need({wte_, wpe_});
+    if (!lora_) need({wte_, wpe_});
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
     Tensor full = sp_ ? emb_full_ : s.encoded;
     backend_.token_embedding_fwd(full, s.tokens, params_.weight(wte_), vocab_start_);
     region_.reduce(full, s.encoded);
-    // This rank's part of the sequence starts at position tp_rank x S/tp.
-    backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
+    if (s.packed) {
+      backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_), s.positions_part);
+    } else {  // this rank's part of the sequence starts at position tp_rank x S/tp
+      backend_.position_embedding_fwd(
+          s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
+    }
   }
   for (int64_t l = 0; l < opts_.num_layers; ++l) {
     const LayerParams& p = layer_params_[base + l];
-    need({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b, p.fc1_w,
-          p.fc1_b, p.fc2_w, p.fc2_b});
+    if (weights_needed_) weights_needed_(layer_weights_end(p));
     transformer_layer_forward(layer_context(), p, causal_, s.layers[l]);
   }
   if (!opts_.has_head || chunk != opts_.chunks - 1) return;
-  need({wte_, lnf_w_, lnf_b_});
+  if (!lora_) need({wte_, lnf_w_, lnf_b_});
   backend_.from_host(s.targets, targets);
   head_forward(s, output(slot));
   if (losses_recorded_ == opts_.losses_per_read) {
@@ -335,26 +381,46 @@ void GptModel::take_token_losses(std::vector<float>& out) {
   losses_recorded_ = 0;
 }
 
+void GptModel::lora_backward(LoraTarget target, const LayerParams& p, Tensor dout, Tensor x,
+                             Tensor dx, const LayerActs& a) {
+  if (!lora_ || !p.lora.has(target)) return;
+  const auto i = static_cast<size_t>(target);
+  const int a_ix = p.lora.a[i], b_ix = p.lora.b[i];
+  // dh = dout B, dB += dout^T h (h already holds scale x (x A^T)); then the scale's share.
+  backend_.linear_bwd(lora_dh_, adapters_.grad(b_ix), Tensor{}, dout, a.lora_h[i],
+                      adapters_.weight(b_ix));
+  backend_.scale(lora_dh_, lora_ctx_->scale);
+  // dx += dh A, dA += dh^T x. Column-parallel: dh, dA and dx are partial sums over tp (dA's
+  // by its ParamInfo, dx with the base map's input gradient). Row-parallel: all exact.
+  const Tensor share = lora_scratch_.rows(0, dx.numel()).view({lora_dh_.dim(0), dx.numel() / lora_dh_.dim(0)});
+  backend_.linear_bwd(share, adapters_.grad(a_ix), Tensor{}, lora_dh_, x, adapters_.weight(a_ix));
+  backend_.add(dx, dx, share);
+}
+
 void GptModel::block_backward(LayerActs& a, const LayerParams& p) {
   auto W = [&](int i) { return params_.weight(i); };
-  auto G = [&](int i) { return params_.grad(i); };
+  auto G = [&](int i) { return params_.grad(i); };  // empty for LoRA's frozen base: no dW
   Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
   region_.gather(dres, dres_full_);
   backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w));
+  lora_backward(LoraTarget::fc2, p, dres_full_, a.fch_gelu, dfch_gelu_, a);
   backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
   backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
+  lora_backward(LoraTarget::fc1, p, dfch_, a.ln2_full, dln_, a);
   region_.reduce(dln_, dln_part_);  // column-parallel input gradient
-  backend_.layernorm_bwd(dres, G(p.ln2_w), G(p.ln2_b), dln_part_, a.residual2, W(p.ln2_w),
-                         a.ln2_mean, a.ln2_rstd);
+  backend_.layernorm_bwd(dres, norm_grad(p.ln2_w, frozen_norm_w_), norm_grad(p.ln2_b, frozen_norm_b_),
+                         dln_part_, a.residual2, W(p.ln2_w), a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
   region_.gather(dres, dres_full_);
   backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w));
-  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs);
+  lora_backward(LoraTarget::proj, p, dres_full_, a.atty, datty_, a);
+  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs, causal_.positions);
   backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
+  lora_backward(LoraTarget::qkv, p, dqkv_, a.ln1_full, dln_, a);
   region_.reduce(dln_, dln_part_);
-  backend_.layernorm_bwd(dres, G(p.ln1_w), G(p.ln1_b), dln_part_, a.input, W(p.ln1_w), a.ln1_mean,
-                         a.ln1_rstd);
+  backend_.layernorm_bwd(dres, norm_grad(p.ln1_w, frozen_norm_w_), norm_grad(p.ln1_b, frozen_norm_b_),
+                         dln_part_, a.input, W(p.ln1_w), a.ln1_mean, a.ln1_rstd);
 }
 
 void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
@@ -366,15 +432,26 @@ void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
                       lnf_full_.view({n, c}), params_.weight(wte_));
   region_.reduce(dln_, dln_part_);  // the head is column-parallel over the vocabulary
   backend_.fill(dresidual_, 0.0f);
-  backend_.layernorm_bwd(dresidual_, params_.grad(lnf_w_), params_.grad(lnf_b_), dln_part_, x,
-                         params_.weight(lnf_w_), lnf_mean_, lnf_rstd_);
+  backend_.layernorm_bwd(dresidual_, norm_grad(lnf_w_, frozen_norm_w_),
+                         norm_grad(lnf_b_, frozen_norm_b_), dln_part_, x, params_.weight(lnf_w_),
+                         lnf_mean_, lnf_rstd_);
 }
 
 void GptModel::backward(int slot, int chunk, float loss_scale) {
   Slot& s = slots_[slot];
+  causal_.positions = s.packed ? s.positions : Tensor{};
   const int64_t base = chunk * opts_.num_layers;
   auto ready = [&](int param) {
-    if (grads_ready_ && param >= 0) grads_ready_(params_.info(param).flat_offset);
+    if (grads_ready_ && param >= 0 && !lora_) grads_ready_(params_.info(param).flat_offset);
+  };
+  // LoRA: a layer's adapters are final after its backward (the first of them at the lowest
+  // offset: the store holds layer after layer).
+  auto adapters_ready = [&](const LayerParams& p) {
+    for (LoraTarget t : kLoraTargets) {
+      if (!grads_ready_ || !p.lora.has(t)) continue;
+      grads_ready_(adapters_.info(p.lora.a[static_cast<size_t>(t)]).flat_offset);
+      return;
+    }
   };
   if (opts_.has_head && chunk == opts_.chunks - 1) {
     head_backward(s, output(slot), loss_scale);
@@ -390,10 +467,16 @@ void GptModel::backward(int slot, int chunk, float loss_scale) {
     }
     block_backward(a, layer_params_[base + l]);
     ready(layer_params_[base + l].ln1_w);  // the layer's first parameter
+    if (lora_) adapters_ready(layer_params_[base + l]);
   }
+  if (opts_.has_embedding && chunk == 0 && lora_) return;  // the frozen embeddings: nothing to do
   if (opts_.has_embedding && chunk == 0) {
-    backend_.position_embedding_bwd(
-        params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
+    if (s.packed) {
+      backend_.position_embedding_bwd(params_.grad(wpe_), dresidual_, s.positions_part);
+    } else {
+      backend_.position_embedding_bwd(
+          params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
+    }
     region_.gather(dresidual_, dres_full_);
     backend_.token_embedding_bwd(params_.grad(wte_), dres_full_, s.tokens, vocab_start_);
     ready(wpe_);

@@ -44,7 +44,7 @@ void TensorParallelRegion::gather(Tensor part, Tensor full) {
 }
 
 bool CausalAttention::forward(Backend& backend, LayerTensors& t) {
-  backend.attention_fwd(t.atty, t.probs, t.qkv);
+  backend.attention_fwd(t.atty, t.probs, t.qkv, positions);
   return true;
 }
 
@@ -67,6 +67,24 @@ bool KvCacheAttention::forward(Backend& backend, LayerTensors& t) {
   return true;
 }
 
+void lora_forward(const LayerContext& ctx, LoraTarget target, const GptLayerParams& p, Tensor x,
+                  Tensor out, Tensor h) {
+  if (!ctx.lora || !p.lora.has(target)) return;
+  const auto i = static_cast<size_t>(target);
+  Backend& be = ctx.backend;
+  const ParamStore& ad = ctx.lora->adapters;
+  be.linear_fwd(h, x, ad.weight(p.lora.a[i]), Tensor{});
+  const bool row_parallel = target == LoraTarget::proj || target == LoraTarget::fc2;
+  if (row_parallel) ctx.tp.all_reduce(h);
+  be.scale(h, ctx.lora->scale);
+  if (row_parallel && !ctx.tp.counts_row_parallel_terms()) return;
+  const Tensor b = ad.weight(p.lora.b[i]);
+  const int64_t rows = h.dim(0), width = b.dim(0);
+  const Tensor added = ctx.lora->scratch.rows(0, rows * width).view({rows, width});
+  be.linear_fwd(added, h, b, Tensor{});
+  be.add(out, out, added);
+}
+
 void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
                                CoreAttention& attention, LayerTensors t) {
   Backend& be = ctx.backend;
@@ -77,16 +95,25 @@ void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
                    ctx.layernorm_eps);
   tp.gather(t.ln1, t.ln1_full);
   be.linear_fwd(t.qkv, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
+  lora_forward(ctx, LoraTarget::qkv, p, t.ln1_full, t.qkv, t.lora_h[0]);
   if (!attention.forward(be, t)) return;
   be.linear_fwd(t.proj_full, t.atty, W(p.proj_w), tp.row_parallel_bias(W(p.proj_b)));
+  lora_forward(ctx, LoraTarget::proj, p, t.atty, t.proj_full, t.lora_h[1]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual2, t.input, t.proj_part);
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
   be.layernorm_fwd(t.ln2, t.ln2_mean, t.ln2_rstd, t.residual2, W(p.ln2_w), W(p.ln2_b),
                    ctx.layernorm_eps);
   tp.gather(t.ln2, t.ln2_full);
-  be.linear_gelu_fwd(t.fch_gelu, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+  if (ctx.lora && p.lora.has(LoraTarget::fc1)) {  // the adapter joins before the GELU
+    be.linear_fwd(t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+    lora_forward(ctx, LoraTarget::fc1, p, t.ln2_full, t.fch, t.lora_h[2]);
+    be.gelu_fwd(t.fch_gelu, t.fch);
+  } else {
+    be.linear_gelu_fwd(t.fch_gelu, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+  }
   be.linear_fwd(t.proj_full, t.fch_gelu, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
+  lora_forward(ctx, LoraTarget::fc2, p, t.fch_gelu, t.proj_full, t.lora_h[3]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual3, t.residual2, t.proj_part);
 }

@@ -74,4 +74,17 @@ Tensor ParamStore::shaped(void* base, DType t, int i) const {
 Tensor ParamStore::grad(int i) const { return shaped(grads_, DType::f32, i); }
 Tensor ParamStore::weight(int i) const { return shaped(weights_, compute_dtype_, i); }
 
+ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<int64_t> offset,
+                     std::vector<int64_t> local, InitKind init, float std, bool decay,
+                     bool replicated) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.slice = Slice{std::move(global), std::move(offset), std::move(local)};
+  p.init = init;
+  p.init_std = std;
+  p.weight_decay = decay;
+  p.tp_replicated = replicated;
+  return p;
+}
+
 }  // namespace jumbo

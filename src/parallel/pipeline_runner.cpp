@@ -14,9 +14,9 @@ PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
       chunks_(static_cast<int>(plan.model.chunks)) {
   train_.microbatches = plan.microbatches;
   train_.ops = plan.schedule;
-  const size_t tokens = static_cast<size_t>(plan.model.micro_batch * plan.model.seq);
-  tokens_.resize(tokens);
-  targets_.resize(tokens);
+  tokens_per_microbatch_ = static_cast<size_t>(plan.model.micro_batch * plan.model.seq);
+  tokens_.resize(tokens_per_microbatch_);
+  targets_.resize(tokens_per_microbatch_);
   const int slots = static_cast<int>(plan.model.slots);
   slot_of_.assign(
       static_cast<size_t>(std::max(plan.microbatches, plan.eval_microbatches) * chunks_), -1);
@@ -42,6 +42,19 @@ const std::vector<PipeOp>& PipelineRunner::schedule(PipelineMode mode, int64_t m
 double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   const std::vector<PipeOp>& ops = schedule(run.mode, run.microbatches);
   const bool train = run.mode == PipelineMode::train;
+  // Packed examples: every stage's attention needs the positions, so every rank reads each
+  // microbatch once, at its first chunk's forward, and keeps it for the later chunks (grown
+  // once, for the largest microbatch count).
+  const bool examples = source.holds_examples();
+  const size_t n = tokens_per_microbatch_;
+  if (examples && positions_.size() < static_cast<size_t>(run.microbatches) * n) {
+    for (auto* b : {&tokens_, &targets_, &positions_}) b->resize(static_cast<size_t>(run.microbatches) * n);
+  }
+  auto microbatch = [&](const PipeOp& op) {
+    const size_t at = examples ? static_cast<size_t>(op.microbatch) * n : 0;
+    return MicrobatchView{tokens_.data() + at, targets_.data() + at,
+                          examples ? positions_.data() + at : nullptr};
+  };
   const int v = chunks_, virtual_total = stages_ * chunks_;
   if (slot_of_.size() < static_cast<size_t>(run.microbatches * v)) {
     slot_of_.resize(static_cast<size_t>(run.microbatches * v));  // more than planned: rare
@@ -84,8 +97,9 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
     if (op.kind == PipeOp::forward) {
       // Forward only: the slot's previous output may still be on its way to the next stage.
       pp_.wait(fwd_sent_[slot]);
-      if (c.reads_tokens || c.computes_loss) source.next(tokens_.data(), targets_.data());
-      model_.forward(slot, op.chunk, tokens_.data(), targets_.data());
+      const MicrobatchView mb = microbatch(op);
+      if (examples ? op.chunk == 0 : c.reads_tokens || c.computes_loss) source.next(mb);
+      model_.forward(slot, op.chunk, mb.tokens, mb.targets, mb.positions);
     } else {
       if (--backwards_left == 0) model_.set_grads_ready_hook(run.grads_ready);
       pp_.wait(bwd_sent_[slot]);  // the slot's d(input) buffer is about to be rewritten

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "jumbo/model/lora.h"
+
 namespace jumbo {
 
 std::vector<int64_t> balance_stage_layers(const ModelConfig& m, int64_t pp) {
@@ -50,6 +52,7 @@ StepShape step_shape_of(const RunConfig& cfg) {
   s.seq = cfg.model.context;
   s.precision = cfg.train.precision;
   s.eval_microbatches = cfg.train.eval_every > 0 ? cfg.train.eval_batches / cfg.parallel.dp : 0;
+  s.lora = cfg.finetune.lora();
   return s;
 }
 
@@ -83,8 +86,10 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
   o.losses_per_read = std::max(plan.microbatches, plan.eval_microbatches);
   o.recompute = layout.recompute;
   o.sequence_parallel = layout.sequence_parallel;
+  o.lora = shape.lora;
 
-  for (ParamInfo& info : gpt_stage_params(model, o, at.tp_rank, layout.tp)) {
+  for (ParamInfo& info : o.lora.rank > 0 ? lora_stage_params(model, o, at.tp_rank, layout.tp)
+                                         : gpt_stage_params(model, o, at.tp_rank, layout.tp)) {
     plan.params.add(std::move(info));
   }
   plan.params.pad_to(layout.dp);  // as GptModel pads its flat buffers for dp shards

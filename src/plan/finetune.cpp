@@ -5,44 +5,10 @@
 
 namespace jumbo {
 
-const char* to_string(FineTune f) {
-  switch (f) {
-    case FineTune::none: return "none";
-    case FineTune::full: return "full";
-    case FineTune::lora: return "lora";
-  }
-  return "?";
-}
-
 std::optional<FineTune> parse_fine_tune(std::string_view name) {
   for (FineTune f : {FineTune::full, FineTune::lora})
     if (name == to_string(f)) return f;
   return std::nullopt;
-}
-
-std::optional<LoraTargetSet> parse_lora_targets(std::string_view list) {
-  LoraTargetSet set = LoraTargetSet::none();
-  while (true) {
-    const size_t comma = list.find(',');
-    const std::string_view name = list.substr(0, comma);
-    bool known = false;
-    for (LoraTarget t : kLoraTargets) {
-      if (name != to_string(t)) continue;
-      if (set.has(t)) return std::nullopt;  // a repeat is a typo, not a wider set
-      set.add(t);
-      known = true;
-    }
-    if (!known) return std::nullopt;
-    if (comma == std::string_view::npos) return set;
-    list.remove_prefix(comma + 1);
-  }
-}
-
-std::string describe(LoraTargetSet targets) {
-  std::string out;
-  for (LoraTarget t : kLoraTargets)
-    if (targets.has(t)) out += fmt::format("{}{}", out.empty() ? "" : ", ", to_string(t));
-  return out;
 }
 
 AdapterCheckpoint adapter_checkpoint(const ModelConfig& m, const LoraPlan& lora) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "jumbo/ckpt/checkpointer.h"
+
 
 namespace jumbo {
 
@@ -18,6 +20,37 @@ std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
     out.push_back(std::move(pd));
   }
   return out;
+}
+
+void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp) {
+  if (dp.rank() == 0) {
+    // One range per parameter: the whole slice this rank holds.
+    std::vector<OptimRange> ranges;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamInfo& p = params.info(static_cast<int>(i));
+      ranges.push_back({p.flat_offset, 0, p.numel(), static_cast<int>(i)});
+    }
+    // The checkpoint holds the f32 master: read in place into f32 host weights, else into a
+    // host copy that is rounded to the compute dtype and uploaded.
+    const Tensor weights = params.all_weights();
+    const bool direct = weights.device == Device::cpu && weights.dtype == DType::f32;
+    std::vector<float> staged;
+    float* host = direct ? weights.as<float>() : nullptr;
+    if (!host) {
+      staged.assign(static_cast<size_t>(weights.numel()), 0.0f);
+      host = staged.data();
+    }
+    std::vector<PieceData> pieces;
+    for (const StatePiece& sp : state_pieces(params, ranges, StateUse::load)) {
+      PieceData pd;
+      pd.piece = sp.piece;
+      pd.state = {host + sp.flat, nullptr, nullptr};  // the weights, not Adam's moments
+      pieces.push_back(std::move(pd));
+    }
+    load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
+    if (!direct) write_from_f32(backend, weights, staged.data());
+  }
+  if (dp.size() > 1) dp.broadcast(params.all_weights(), 0);
 }
 
 }  // namespace jumbo

@@ -75,11 +75,12 @@ std::string FaultInjection::describe() const {
   return "test faults (JUMBO_TEST_FAULT): " + out;
 }
 
-void ScrambledTargets::next(int32_t* tokens, int32_t* targets) {
-  inner_.next(tokens, targets);
+void ScrambledTargets::next(const MicrobatchView& mb) {
+  inner_.next(mb);
   const int64_t half = vocab_ / 2;
-  for (int64_t i = 0; i < tokens_; ++i)
-    targets[i] = static_cast<int32_t>((targets[i] + half) % vocab_);
+  for (int64_t i = 0; i < tokens_; ++i) {
+    if (mb.targets[i] >= 0) mb.targets[i] = static_cast<int32_t>((mb.targets[i] + half) % vocab_);
+  }
 }
 
 void poison_with_nan(Backend& backend, Tensor grads) {

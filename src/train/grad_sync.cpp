@@ -20,7 +20,7 @@ GradSync::GradSync(ParamStore& params, const ProcessGroups& groups, const StageP
   for (size_t i = params.size(); i-- > 0;) {
     const ParamInfo& p = params.info(static_cast<int>(i));
     if (p.tied_embedding) tied_embedding_ = static_cast<int>(i);
-    if (!p.sequence_partial) continue;
+    if (!p.tp_partial_grad) continue;
     partial_offsets_.push_back(p.flat_offset);
     partial_grads_.push_back(params.grad(static_cast<int>(i)));
   }
@@ -66,7 +66,9 @@ void GradSync::finish() {
   sum_partial_grads_from(0);
   // The two copies of the tied embedding (first and last stage) get the sum of both
   // gradients, before the data-parallel reduction of the bucket that holds them.
-  if (embedding_.size() > 1) embedding_.all_reduce(params_.grad(tied_embedding_), ReduceOp::sum);
+  if (embedding_.size() > 1 && tied_embedding_ >= 0) {  // none among LoRA's adapters
+    embedding_.all_reduce(params_.grad(tied_embedding_), ReduceOp::sum);
+  }
   while (next_ > 0) launch(buckets_[--next_]);
   for (Bucket& b : buckets_) dp_.wait(b.request);
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "jumbo/data/chat_template.h"
+#include "jumbo/data/example_sampler.h"
 #include "jumbo/data/tokenizer.h"
 
 namespace jumbo {
@@ -22,8 +23,18 @@ void check_same_tokenizer(const IndexedDataset& first, const IndexedDataset& oth
 
 }  // namespace
 
+std::unique_ptr<SampleSource> make_sampler(const IndexedDataset& data, int64_t seq, uint64_t seed,
+                                           SampleOrder order, bool packing) {
+  if (data.kind() == DocumentKind::text) return std::make_unique<GptSampler>(data, seq, seed, order);
+  return std::make_unique<ExampleSampler>(
+      data, seq, seed, order, packing ? ExamplePacking::packed : ExamplePacking::padded);
+}
+
 RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
-    : train_mixture_(cfg.data.train), tokenizer_(cfg.data.tokenizer), seq_(cfg.model.context) {
+    : train_mixture_(cfg.data.train),
+      tokenizer_(cfg.data.tokenizer),
+      seq_(cfg.model.context),
+      packing_(cfg.data.packing) {
   if (!cfg.data.chat_template.empty()) {
     chat_template_text_ = load_chat_template(cfg.data.chat_template).text;
   }
@@ -44,12 +55,13 @@ RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
   };
   const int64_t mb = cfg.parallel.micro_batch, dp = cfg.parallel.dp;
   // Dataset i of the blend shuffles with seed + i: one dataset samples as it always has.
-  std::vector<std::unique_ptr<GptSampler>> samplers;
+  std::vector<std::unique_ptr<SampleSource>> samplers;
   std::vector<double> weights;
   for (size_t i = 0; i < train_mixture_.datasets.size(); ++i) {
     const DatasetWeight& d = train_mixture_.datasets[i];
     train_data_.push_back(open(d.prefix));
-    samplers.push_back(std::make_unique<GptSampler>(*train_data_.back(), seq_, cfg.train.seed + i));
+    samplers.push_back(make_sampler(*train_data_.back(), seq_, cfg.train.seed + i,
+                                    SampleOrder::shuffled, cfg.data.packing));
     weights.push_back(d.weight);
   }
   train_sampler_ = std::make_unique<BlendedSampler>(std::move(samplers), weights);
@@ -62,7 +74,7 @@ RunData::RunData(const RunConfig& cfg, int64_t dp_rank)
     v.name = cfg.data.valid.name(i);
     v.weight = cfg.data.valid.datasets[i].weight / total;
     v.data = open(cfg.data.valid.datasets[i].prefix);
-    v.sampler = std::make_unique<GptSampler>(*v.data, seq_, cfg.train.seed, SampleOrder::stored);
+    v.sampler = make_sampler(*v.data, seq_, cfg.train.seed, SampleOrder::stored, cfg.data.packing);
     v.batches = std::make_unique<DatasetBatches>(*v.sampler, mb, seq_, dp_rank, dp);
     valid_.push_back(std::move(v));
   }
@@ -78,9 +90,14 @@ std::string RunData::describe() const {
         train_data_.size() > 1 ? fmt::format("{:.1f}% ", 100 * train_mixture_.datasets[i].weight / total) : "";
     const std::string format =
         d.format() == DatasetFormat::jumbo ? "" : fmt::format("{}, ", to_string(d.format()));
-    sets += fmt::format("{}{}{} ({}{} tokens, {} samples of {})", i ? ", " : "", share, d.prefix(),
-                        format, d.num_tokens(), train_sampler_->sampler(i).samples_per_epoch(),
-                        seq_ + 1);
+    const std::string samples =
+        d.kind() == DocumentKind::text
+            ? fmt::format("{} samples of {}", train_sampler_->sampler(i).samples_per_epoch(), seq_ + 1)
+            : fmt::format("{} examples in {} samples of {}{}", d.num_docs(),
+                          train_sampler_->sampler(i).samples_per_epoch(), seq_,
+                          packing_ ? ", packed" : ", padded");
+    sets += fmt::format("{}{}{} ({}{} tokens, {})", i ? ", " : "", share, d.prefix(), format,
+                        d.num_tokens(), samples);
   }
   return fmt::format("data: {}, tokenizer {}", sets, tokenizer_);
 }

@@ -1,5 +1,6 @@
 #include "jumbo/train/step.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "jumbo/comm/watchdog.h"
@@ -15,16 +16,17 @@ StepResult train_step(TrainStage& stage, MicrobatchSource& source, const StepReq
   sync.start_step();
   PipelineRun run;
   run.microbatches = request.microbatches;
-  run.loss_scale = 1.0f / static_cast<float>(request.batch_tokens);
+  const auto loss_tokens = static_cast<double>(std::max<int64_t>(1, request.loss_tokens));
+  run.loss_scale = static_cast<float>(1.0 / loss_tokens);
   run.grads_ready = [&sync](int64_t flat) { sync.grads_ready_from(flat); };
   run.weights_needed = [&sync](int64_t flat) { sync.weights_needed_until(flat); };
   double loss_sum = stage.pipeline().run(source, run);
   sync.finish();
   loss_sum = g.dp.all_reduce_scalar(loss_sum, ReduceOp::sum);
   loss_sum = g.pp.all_reduce_scalar(loss_sum, ReduceOp::sum);  // only the last stage has it
-  r.loss = loss_sum / static_cast<double>(request.batch_tokens);
+  r.loss = loss_sum / loss_tokens;
 
-  const Tensor grads = model.params().all_grads();
+  const Tensor grads = model.trained_params().all_grads();
   if (request.before_grad_norm) request.before_grad_norm(grads);
   double sq = 0;
   {

@@ -16,8 +16,8 @@ TrainStage::TrainStage(RankStage place, const ModelConfig& model, const TrainCon
                        Backend& backend)
     : place_(std::move(place)),
       model_(model, place_.options(), backend, place_.groups().tp),
-      grad_sync_(initialized(model_, train.seed).params(), place_.groups(), place_.plan()),
-      optimizer_(model_.params(), backend, train, place_.plan()),
+      grad_sync_(initialized(model_, train.seed).trained_params(), place_.groups(), place_.plan()),
+      optimizer_(model_.trained_params(), backend, train, place_.plan()),
       pipeline_(model_, place_.groups().pp, place_.plan()) {}
 
 TrainStage solo_train_stage(const ModelConfig& model, const Layout& layout,

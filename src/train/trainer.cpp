@@ -53,8 +53,9 @@ Trainer::Trainer(const RunConfig& cfg, Backend& backend, std::shared_ptr<Comm> w
   if (!cfg_.checkpoint.dir.empty() || cfg_.checkpoint.resume != "none") {
     checkpointer_ = std::make_unique<Checkpointer>(cfg_, *world_);
     check_checkpoint_room_at_start();
-    resume_from_checkpoint();
+    if (resume_from_checkpoint()) return;  // a resumed fine-tune goes on from its own weights
   }
+  if (!cfg_.train.init_from.empty()) init_from_checkpoint();
 }
 
 Trainer::~Trainer() = default;
@@ -70,7 +71,7 @@ void Trainer::print_start() {
   if (!planned_.fit_line.empty()) print(planned_.fit_line);
   const GptModel& model = stage_->model();
   print(model_line(cfg_, model.padded_vocab()));
-  const StageBytes bytes{static_cast<double>(model.params().bytes()),
+  const StageBytes bytes{static_cast<double>(model.params().bytes() + (model.lora() ? model.trained_params().bytes() : 0)),
                          static_cast<double>(stage_->optimizer().state_bytes()),
                          static_cast<double>(model.activation_bytes())};
   print(layout_line(cfg_, bytes, backend_.device().name(), peak_));
@@ -92,8 +93,9 @@ void Trainer::evaluate(StepMetrics& m) {
     double sum = stage_->pipeline().run(*set.batches, run);
     sum = groups.dp.all_reduce_scalar(sum, ReduceOp::sum);
     sum = groups.pp.all_reduce_scalar(sum, ReduceOp::sum);  // only the last stage has it
-    const double loss = sum / static_cast<double>(cfg_.train.eval_batches *
-                                                  cfg_.parallel.micro_batch * cfg_.model.context);
+    const int64_t counted =
+        set.batches->loss_tokens(0, cfg_.train.eval_batches * cfg_.parallel.micro_batch);
+    const double loss = sum / static_cast<double>(std::max<int64_t>(1, counted));
     m.val_losses.emplace_back(set.name, loss);
     mean += set.weight * loss;
   }
@@ -181,8 +183,9 @@ Trainer::StepOutcome Trainer::train_one_step(int64_t step, StepMeter& meter) {
                                 "of parallel.pp = {}, which interleaving needs",
                                 step, micro_steps, pp));
   }
-  StepRequest request{.microbatches = micro_steps, .batch_tokens = batch_tokens, .lr = lr,
-                      .grad_clip = cfg_.train.grad_clip};
+  StepRequest request{.microbatches = micro_steps,
+                      .loss_tokens = data_->train().loss_tokens(s.first_sample, s.batch),
+                      .lr = lr, .grad_clip = cfg_.train.grad_clip};
   // Every rank holds the same loss and grad norm here, so every rank decides alike.
   request.apply_update = [this, &s](const StepResult& r) {
     s.verdict = anomalies_.check(r.loss, r.grad_norm);

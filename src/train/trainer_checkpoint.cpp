@@ -2,6 +2,7 @@
 // the saves of the run, the resume at its start, and the save of a graceful stop.
 #include <fmt/format.h>
 
+#include "jumbo/ckpt/resolve.h"
 #include "jumbo/plan/storage.h"
 #include "jumbo/train/checkpoint_io.h"
 #include "jumbo/runtime/stop_signal.h"
@@ -33,7 +34,7 @@ std::vector<PieceData> Trainer::checkpoint_pieces(StateUse use) {
     backend_.to_host(staged_state_[i].data(), state[i]);
     host[i] = staged_state_[i].data();
   }
-  return optimizer_state_pieces(stage_->model().params(), stage_->plan().optimizer_ranges,
+  return optimizer_state_pieces(stage_->model().trained_params(), stage_->plan().optimizer_ranges,
                                 {host[0], stage_->optimizer().master_index()}, host[1], host[2], use);
 }
 
@@ -75,6 +76,8 @@ bool Trainer::save_checkpoint(double lr, int64_t batch) {
   header.data_train = cfg_.data.train;
   header.tokenizer = cfg_.data.tokenizer;
   header.chat_template = data_->chat_template_text();
+  header.init_from = init_from_;
+  header.lora = cfg_.finetune.lora();
   p.anomalies = anomalies_.progress();
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
@@ -100,7 +103,63 @@ void Trainer::check_checkpoint_room_at_start() {
   if (!room.line.empty()) print(room.line);
 }
 
-void Trainer::restore_loaded_state(const Manifest& m) {
+void Trainer::load_frozen_base(const std::string& path, const std::string& where,
+                               const std::string& fingerprint) {
+  const ResolvedCheckpoint ckpt = open_checkpoint(path, s3_options(cfg_.checkpoint), *world_);
+  check_manifest_model(ckpt.manifest, cfg_.model, where, cfg_.source);
+  if (ckpt.manifest.lora.rank > 0) {
+    throw UserError(fmt::format("{}: a LoRA checkpoint (adapters only); a base is a full "
+                                "checkpoint (jumbo ckpt merge makes one)", where));
+  }
+  const std::string found = weights_fingerprint(ckpt.manifest);
+  if (!fingerprint.empty() && found != fingerprint) {
+    throw UserError(fmt::format("{}: fingerprint {}, but this fine-tune started from {}: the base "
+                                "checkpoint changed", where, found, fingerprint));
+  }
+  load_weights(ckpt, stage_->model().params(), backend_, stage_->groups().dp);
+  init_from_ = {ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step, found};
+}
+
+void Trainer::init_from_checkpoint() {
+  const std::string where = "train.init_from = " + cfg_.train.init_from;
+  if (stage_->model().lora()) {  // the base frozen; the adapters start as initialised
+    load_frozen_base(cfg_.train.init_from, where, "");
+    print(fmt::format("init_from: the frozen base {} (step {}, fingerprint {}); LoRA rank {} on "
+                      "{}, {} adapter parameters on this rank", init_from_.from, init_from_.step,
+                      init_from_.fingerprint, cfg_.finetune.lora_rank,
+                      describe(cfg_.finetune.lora().targets),
+                      stage_->model().trained_params().total_numel()));
+    return;
+  }
+  ResolvedCheckpoint ckpt =
+      open_checkpoint(cfg_.train.init_from, s3_options(cfg_.checkpoint), *world_);
+  std::string error;
+  try {
+    check_manifest_model(ckpt.manifest, cfg_.model, where, cfg_.source);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  if (error.empty() && writes_checkpoint()) {
+    // The master weights only: this rank's slice (with ZeRO-1 its shard), in any saved layout.
+    std::vector<PieceData> pieces = checkpoint_pieces(StateUse::load);
+    for (PieceData& p : pieces) p.state = {p.state[0], nullptr, nullptr};
+    try {
+      load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  if (const std::optional<std::string> failed = first_error(*world_, error)) {
+    throw UserError(error.empty() ? *failed : error);
+  }
+  distribute_loaded_state();
+  init_from_ = {ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step,
+                weights_fingerprint(ckpt.manifest)};
+  print(fmt::format("init_from: the weights of {} (step {}, fingerprint {}); a fresh optimizer "
+                    "from step 0", init_from_.from, init_from_.step, init_from_.fingerprint));
+}
+
+void Trainer::distribute_loaded_state() {
   upload_staged_state();
   AdamW& optimizer = stage_->optimizer();
   if (cfg_.parallel.dp > 1 && !stage_->plan().zero1) {
@@ -114,15 +173,28 @@ void Trainer::restore_loaded_state(const Manifest& m) {
   // ZeRO-1: each rank read only its shards; the weights of the others come from them.
   stage_->grad_sync().start_weight_gather();
   stage_->grad_sync().wait_for_weights();
-  optimizer.set_steps_taken(m.progress.optimizer_steps);
-  progress_ = RunProgress::saved_in(m.progress);
 }
 
-void Trainer::resume_from_checkpoint() {
+void Trainer::restore_loaded_state(const Manifest& m) {
+  distribute_loaded_state();
+  stage_->optimizer().set_steps_taken(m.progress.optimizer_steps);
+  progress_ = RunProgress::saved_in(m.progress);
+  init_from_ = m.init_from;
+}
+
+bool Trainer::resume_from_checkpoint() {
   const bool reader = writes_checkpoint();
   const std::optional<Manifest> m = checkpointer_->resume(checkpoint_pieces(StateUse::load), reader);
-  if (!m) return;
+  if (!m) return false;
   restore_loaded_state(*m);
+  if (stage_->model().lora()) {  // the adapters resumed; their base is the one they started on
+    if (m->init_from.from.empty()) {
+      throw UserError(fmt::format("{}: a LoRA run resumed a checkpoint that records no base "
+                                  "(init_from)", cfg_.checkpoint.dir));
+    }
+    load_frozen_base(m->init_from.from, "the LoRA checkpoint's base " + m->init_from.from,
+                     m->init_from.fingerprint);
+  }
   anomalies_.restore(m->progress.anomalies);
   if (m->progress.seed != cfg_.train.seed) {
     print(fmt::format("checkpoint: saved with train.seed = {}, this run has {}: the data order "
@@ -133,6 +205,7 @@ void Trainer::resume_from_checkpoint() {
                       "sample index continues at {} in the new mixture",
                       m->data_train.describe(), cfg_.data.train.describe(), progress_.consumed_samples));
   }
+  return true;
 }
 
 bool Trainer::stop_on_signal(TrainSummary& summary, double lr, int64_t batch) {

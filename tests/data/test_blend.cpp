@@ -112,7 +112,7 @@ TEST(BlendedSampler, ProportionsHoldAndEveryDatasetVisitsEachSampleOncePerEpoch)
   const std::vector<int64_t> sizes = {997, 300, 41};
   const std::vector<double> weights = {0.6, 0.3, 0.1};
   std::vector<std::unique_ptr<IndexedDataset>> data;
-  std::vector<std::unique_ptr<GptSampler>> samplers;
+  std::vector<std::unique_ptr<SampleSource>> samplers;
   for (int d = 0; d < 3; ++d) {
     data.push_back(std::make_unique<IndexedDataset>(tagged_dataset(tmp, d, sizes[d])));
     samplers.push_back(std::make_unique<GptSampler>(*data.back(), kSeqLen, 1234 + d));
@@ -120,9 +120,10 @@ TEST(BlendedSampler, ProportionsHoldAndEveryDatasetVisitsEachSampleOncePerEpoch)
   const BlendedSampler blend(std::move(samplers), weights);
   const int64_t n = 100000;
   std::vector<std::vector<int64_t>> drawn(3);  // per dataset, the sample positions in order
-  std::vector<int32_t> s(kSeqLen + 1);
+  std::vector<int32_t> s(kSeqLen + 1), targets(kSeqLen);
   for (int64_t i = 0; i < n; ++i) {
-    blend.sample(i, s.data());
+    blend.sample(i, {s.data(), targets.data(), nullptr});
+    s[kSeqLen] = targets[kSeqLen - 1];
     const int d = s[0] / kBase;
     const int64_t pos = s[0] % kBase;
     ASSERT_EQ(pos % kSeqLen, 0);

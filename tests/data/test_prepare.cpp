@@ -403,3 +403,52 @@ TEST(Prepare, GlobPatternsExpandSortedPerPattern) {
 
 }  // namespace
 }  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+// An example is tokenized as its prompt + completion text would be where the seam is a piece
+// boundary: the completion without a word-start mark of its own (" press" is "▁press", not
+// "▁" then "press"), so training sees the tokens eval scores after "Genre:". The loss starts
+// at the completion.
+TEST(Prepare, PromptCompletionExamplesAreTheirTextsTokensSplitAtTheSeam) {
+  test::TempDir tmp;
+  const Tokenizer tok(test::small_tokenizer());
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"The jury said\nGenre:", " reportage"}, {"It rained.", " The streets were wet."},
+      {"Count: one, two,", " three"}};
+  {
+    std::ofstream out(tmp.file("examples.jsonl"));
+    for (const auto& [prompt, completion] : pairs) {
+      out << nlohmann::json{{"prompt", prompt}, {"completion", completion}}.dump() << "\n";
+    }
+  }
+  PrepareOptions o;
+  o.inputs = {tmp.file("examples.jsonl")};
+  o.tokenizer = test::small_tokenizer();
+  o.output_prefix = tmp.file("examples");
+  o.kind = DocumentKind::prompt_completion;
+  o.progress_every_s = 0;
+  prepare_dataset(o);
+  const IndexedDataset data(tmp.file("examples"));
+  ASSERT_EQ(data.num_docs(), pairs.size());
+  for (uint64_t d = 0; d < data.num_docs(); ++d) {
+    const auto& [prompt, completion] = pairs[d];
+    std::vector<int32_t> stored(data.doc_offset(d + 1) - data.doc_offset(d));
+    data.read(data.doc_offset(d), stored.size(), stored.data());
+    const std::vector<int32_t> own = tok.encode(prompt);
+    EXPECT_EQ(data.doc_loss_start(d), own.size());
+    EXPECT_EQ(stored.back(), tok.eos_id());
+    stored.pop_back();
+    EXPECT_EQ(tok.decode(stored), prompt + completion) << "example " << d;
+    const std::vector<int32_t> tail(stored.begin() + static_cast<std::ptrdiff_t>(own.size()), stored.end());
+    EXPECT_NE(tok.piece(tail.front()), "\xE2\x96\x81") << "example " << d << ": a lone word-start mark";
+  }
+  // The first example's seam is a piece boundary of the whole text: the same tokens.
+  std::vector<int32_t> first(data.doc_offset(1) - 1);
+  data.read(0, first.size(), first.data());
+  EXPECT_EQ(first, tok.encode(pairs[0].first + pairs[0].second));
+}
+
+}  // namespace
+}  // namespace jumbo

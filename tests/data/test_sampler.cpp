@@ -84,13 +84,13 @@ TEST(GptSampler, SamplesAreContiguousTokensSharingOneWithTheNext) {
   const GptSampler sampler(data, kSeqLen, 7);
   int32_t out[kSeqLen + 1];
   for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{4098}, int64_t{4099}, int64_t{12345}}) {
-    sampler.sample(i, out);
+    sampler.window(i, out);
     const int64_t start = sampler.permuted(i) * kSeqLen;
     for (int64_t k = 0; k <= kSeqLen; ++k) EXPECT_EQ(out[k], start + k) << "sample " << i;
   }
   // The last sample ends exactly on the last token.
   const GptSampler in_order(data, kSeqLen, 7, SampleOrder::stored);
-  in_order.sample(4098, out);
+  in_order.window(4098, out);
   EXPECT_EQ(out[kSeqLen], static_cast<int32_t>(data.num_tokens() - 1));
 }
 
@@ -114,7 +114,7 @@ TEST(GptSampler, SamplesOfRealBrownTokensMatchTheStream) {
   EXPECT_EQ(sampler.samples_per_epoch(), static_cast<int64_t>((data.num_tokens() - 1) / seq_len));
   std::vector<int32_t> got(seq_len + 1), expected(seq_len + 1);
   for (int64_t i = 0; i < 50; ++i) {
-    sampler.sample(i, got.data());
+    sampler.window(i, got.data());
     data.read(static_cast<uint64_t>(sampler.permuted(i) * seq_len), seq_len + 1, expected.data());
     ASSERT_EQ(got, expected) << "sample " << i;
   }

@@ -19,10 +19,10 @@ namespace {
 class FixedBatches final : public MicrobatchSource {
  public:
   FixedBatches(int64_t n, int32_t vocab) : ids_(random_ids(64 * n, 0, vocab - 1, 42)), n_(n) {}
-  void next(int32_t* tokens, int32_t* targets) override {
+  void next(const MicrobatchView& mb) override {
     for (int64_t i = 0; i < n_; ++i) {
-      tokens[i] = ids_[(calls_ * n_ + i) % ids_.size()];
-      targets[i] = ids_[(calls_ * n_ + i + 1) % ids_.size()];
+      mb.tokens[i] = ids_[(calls_ * n_ + i) % ids_.size()];
+      mb.targets[i] = ids_[(calls_ * n_ + i + 1) % ids_.size()];
     }
     ++calls_;
   }
@@ -52,7 +52,7 @@ StepsRun train_three_steps(Backend& backend, Precision precision) {
   StepsRun run;
   for (int s = 0; s < 3; ++s) {
     const StepResult r = train_step(
-        solo, source, {.microbatches = 2, .batch_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
+        solo, source, {.microbatches = 2, .loss_tokens = 4 * 128, .lr = 1e-3, .grad_clip = 1.0});
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
   }

@@ -31,6 +31,12 @@ Subcommands (each exits 1 with one FAIL line per problem):
   per-item DIR --per-item OUT.jsonl --items N
       each continuation's log-likelihood and each item's prediction, recomputed
       from the directory, against `jumbo eval --per-item`.
+  examples DIR --parts PREFIX.parts --expect X
+      the masked loss of a prompt-completion dataset read from its files as
+      docs/data-format.md describes them (idx version 2: offsets, then each example's loss
+      start): every example as one sequence behind EOS, the loss over its tokens from the
+      loss start on, the mean over all of them equals X (a fine-tune's first-step loss when
+      its one batch is the whole dataset).
   greedy DIR --per-item OUT.jsonl --generated GEN.jsonl
       the tokens `jumbo generate --json` chose greedily (its KV-cache decoder) for each item's
       context, against the argmax of this full forward after the same prefix: cached
@@ -238,6 +244,51 @@ def check_loss(a):
              f"model is too little trained for this check to tell the orders apart")
 
 
+def read_examples(parts_path):
+    """(tokens, loss_start) of every example of a prompt-completion dataset of parts."""
+    index = json.load(open(parts_path))
+    base = os.path.dirname(parts_path)
+    examples = []
+    for part in index["parts"]:
+        prefix = os.path.join(base, part["name"])
+        idx = open(prefix + ".idx", "rb").read()
+        if idx[:8] != b"JUMBOIDX" or struct.unpack_from("<I", idx, 8)[0] != 2:
+            fail(f"{prefix}.idx: not a version-2 (prompt-completion) jumbo index")
+            return []
+        width = {1: 2, 2: 4}[idx[12]]
+        docs = struct.unpack_from("<Q", idx, 32)[0]
+        offsets = struct.unpack_from(f"<{docs + 1}Q", idx, 64)
+        starts = struct.unpack_from(f"<{docs}Q", idx, 64 + 8 * (docs + 1))
+        tokens = np.fromfile(prefix + ".bin", dtype="<u2" if width == 2 else "<u4")
+        for d in range(docs):
+            examples.append((tokens[offsets[d]:offsets[d + 1]].astype(np.int64).tolist(), starts[d]))
+    return examples
+
+
+def check_examples(a):
+    model = GPT2(a.dir)
+    examples = read_examples(a.parts)
+    total, counted, every, tokens = 0.0, 0, 0.0, 0
+    for doc, start in examples:
+        inputs = [doc[-1]] + doc[:-1]  # behind EOS (every document ends with it)
+        logp = model.logits(inputs).log_softmax(dim=-1)
+        for j in range(len(doc)):
+            every -= logp[j, doc[j]].item()
+            tokens += 1
+            if j >= start:
+                total -= logp[j, doc[j]].item()
+                counted += 1
+    loss, unmasked = total / counted, every / tokens
+    print(f"examples: {len(examples)} examples, {counted} of {tokens} tokens in the loss, masked "
+          f"loss {loss:.6f}; jumbo's {a.expect:.6f} (difference {loss - a.expect:.1e}); "
+          f"control: every token counted {unmasked:.6f}")
+    if abs(loss - a.expect) > 1e-4 * max(1.0, abs(a.expect)):
+        fail(f"masked loss {loss!r} differs from jumbo's {a.expect!r}")
+    if abs(unmasked - a.expect) < 1e-2 * abs(a.expect):
+        fail(f"the loss over every token, {unmasked:.6f}, is too close to {a.expect:.6f} for "
+             f"the check to tell a mask from none: train the base longer")
+
+
 def loglikelihood(model, ctx, toks):
     """Sum of log p(token) over the continuation, each given all the tokens before it; the
     per-position log-probabilities too."""
@@ -345,6 +396,10 @@ def main():
     pi.add_argument("dir")
     pi.add_argument("--per-item", required=True)
     pi.add_argument("--items", type=int, required=True)
+    ex = sub.add_parser("examples")
+    ex.add_argument("dir")
+    ex.add_argument("--parts", required=True)
+    ex.add_argument("--expect", type=float, required=True)
     gr = sub.add_parser("greedy")
     gr.add_argument("dir")
     gr.add_argument("--per-item", required=True)
@@ -352,7 +407,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(2)
     {"layout": check_layout, "bf16": check_bf16, "same": check_same, "loss": check_loss,
-     "per-item": check_per_item, "greedy": check_greedy}[a.cmd](a)
+     "per-item": check_per_item, "greedy": check_greedy, "examples": check_examples}[a.cmd](a)
     sys.exit(1 if failures else 0)
 
 

@@ -187,3 +187,130 @@ TEST(Gpt, CounterInitGivesTheSameWeightsToAnySlice) {
 
 }  // namespace
 }  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+// The loss mask: a negative target (a prompt token, padding) leaves the loss and every
+// gradient as if the position did not exist: the masked loss is the other positions' losses,
+// and masked plus complement gradients are the unmasked ones. And a packed microbatch (two sequences per row, each
+// with positions from 0) gives each sequence's per-token losses as it alone would.
+TEST(Gpt, OnlyUnmaskedTargetsMoveTheLossAndPackedSequencesStayApart) {
+  Fixture f;
+  const ModelConfig cfg = tiny_model();
+  GptOptions o;
+  o.micro_batch = 1;
+  o.seq = 8;
+  GptModel model(cfg, o, *f.backend, *f.world);
+  model.initialize(7);
+  Batch b = random_batch(8, cfg.vocab, 3);
+  const std::vector<int32_t> positions = {0, 1, 2, 0, 1, 2, 3, 4};  // sequences of 3 and 5
+  auto run = [&](const std::vector<int32_t>& targets, std::vector<float>* losses) {
+    model.zero_grads();
+    model.forward(0, 0, b.tokens.data(), targets.data(), positions.data());
+    double sum = 0;
+    if (losses) {
+      losses->clear();
+      model.take_token_losses(*losses);
+      for (float l : *losses) sum += l;
+    } else {
+      sum = model.take_loss_sum();
+    }
+    model.backward(0, 0, 1.0f);
+    const Tensor g = model.params().all_grads();
+    return std::pair{sum, std::vector<float>(g.as<float>(), g.as<float>() + g.numel())};
+  };
+  std::vector<int32_t> masked = b.targets, complement = b.targets;
+  for (int i = 0; i < 8; ++i) {  // each sequence's "prompt" (0, 1 and 3, 4) masked, or the rest
+    const bool prompt = i == 0 || i == 1 || i == 3 || i == 4;
+    (prompt ? masked : complement)[static_cast<size_t>(i)] = -1;
+  }
+  std::vector<float> every;
+  const auto [all_sum, all_grads] = run(b.targets, &every);
+  const auto [m_sum, m_grads] = run(masked, nullptr);
+  const auto [c_sum, c_grads] = run(complement, nullptr);
+  double want = 0;
+  for (int i : {2, 5, 6, 7}) want += every[static_cast<size_t>(i)];
+  EXPECT_NEAR(m_sum, want, 1e-5 * std::abs(want)) << "the masked loss is the unmasked positions' losses";
+  EXPECT_NEAR(m_sum + c_sum, all_sum, 1e-5 * std::abs(all_sum));
+  EXPECT_GT(std::abs(all_sum - m_sum), 1.0) << "unmasking the prompts changes the loss";
+  // Gradients are linear in the positions counted: masked + its complement = all.
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < all_grads.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(m_grads[i] + c_grads[i] - all_grads[i])));
+    largest = std::max(largest, static_cast<double>(std::abs(all_grads[i])));
+  }
+  EXPECT_LE(worst, 1e-5 * largest);
+  EXPECT_NE(all_grads, m_grads);
+
+  // The second sequence alone (positions 0..4 at the start of a row) has the same losses.
+  GptModel alone(cfg, {.micro_batch = 1, .seq = 5}, *f.backend, *f.world);
+  alone.initialize(7);
+  const std::vector<int32_t> tokens(b.tokens.begin() + 3, b.tokens.end());
+  const std::vector<int32_t> targets(b.targets.begin() + 3, b.targets.end());
+  alone.forward(0, 0, tokens.data(), targets.data(), nullptr);
+  std::vector<float> alone_losses;
+  alone.take_token_losses(alone_losses);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(alone_losses[i], every[3 + i], 1e-5) << "position " << i;
+}
+
+}  // namespace
+}  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+// LoRA's backward against central finite differences: every adapter matrix (A and B of the
+// four maps) on a base that is frozen (it has no gradient buffer at all). B is set non-zero
+// first, so A's gradient is not trivially zero.
+TEST(Gpt, LoraGradientMatchesCentralFiniteDifferences) {
+  Fixture f;
+  const ModelConfig cfg = tiny_model();
+  GptOptions o;
+  o.micro_batch = 2;
+  o.seq = 8;
+  o.lora = {.rank = 3, .alpha = 6, .targets = LoraTargetSet{}};
+  GptModel model(cfg, o, *f.backend, *f.world);
+  model.initialize(42);
+  ASSERT_TRUE(model.lora());
+  EXPECT_TRUE(model.params().all_grads().empty()) << "the frozen base holds no gradients";
+  Tensor all = model.trained_params().all_weights();
+  for (int64_t i = 0; i < all.numel(); ++i) {
+    all.as<float>()[i] += 0.3f * std::sin(0.61f * static_cast<float>(i) + 1.0f);
+  }
+  const Batch b = random_batch(o.micro_batch * o.seq, cfg.vocab, 5);
+  model.zero_grads();
+  mean_loss(model, b);
+  model.backward(1.0f / static_cast<float>(b.tokens.size()));
+  const Tensor g = model.trained_params().all_grads();
+  const std::vector<float> grad(g.as<float>(), g.as<float>() + g.numel());
+  const float eps = 3e-3f;
+  int checked = 0;
+  const ParamStore& adapters = model.trained_params();
+  ASSERT_EQ(adapters.size(), 2u * 4u * 2u);  // layers x maps x (A, B)
+  for (size_t p = 0; p < adapters.size(); ++p) {
+    const ParamInfo& info = adapters.info(static_cast<int>(p));
+    std::vector<int64_t> idx(info.numel());
+    for (int64_t i = 0; i < info.numel(); ++i) idx[i] = info.flat_offset + i;
+    std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(),
+                      [&](int64_t a, int64_t c) { return std::abs(grad[a]) > std::abs(grad[c]); });
+    for (int k = 0; k < 2; ++k) {
+      float& w = all.as<float>()[idx[k]];
+      const float saved = w;
+      w = saved + eps;
+      const double lp = mean_loss(model, b);
+      w = saved - eps;
+      const double lm = mean_loss(model, b);
+      w = saved;
+      const double fd = (lp - lm) / (2.0 * eps);
+      EXPECT_NEAR(grad[idx[k]], fd, 0.02 * std::abs(fd) + 1e-4)
+          << info.name << " element " << idx[k] - info.flat_offset;
+      EXPECT_GT(std::abs(fd), 1e-4) << info.name << ": a gradient worth checking";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 32);
+}
+
+}  // namespace
+}  // namespace jumbo

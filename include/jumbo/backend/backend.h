@@ -71,10 +71,12 @@ class Backend {
   virtual void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start) = 0;
   // dwte (f32) += scatter of dout rows to their tokens' rows, same slice rule.
   virtual void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) = 0;
-  // out[B,T,C] += wpe[t] for every b (T <= wpe rows).
-  virtual void position_embedding_fwd(Tensor out, Tensor wpe) = 0;
-  // dwpe[t] (f32) += sum over b of dout[b,t].
-  virtual void position_embedding_bwd(Tensor dwpe, Tensor dout) = 0;
+  // out[B,T,C] += wpe[t] for every b (T <= wpe rows). With `positions` (i32 [B*T], packed
+  // sequences: each token's position in its own sequence) out[b,t] += wpe[positions[b*T+t]].
+  virtual void position_embedding_fwd(Tensor out, Tensor wpe, Tensor positions = {}) = 0;
+  // dwpe[t] (f32) += sum over b of dout[b,t]; with positions, dwpe[positions[i]] += dout[i]
+  // (deterministic: each row's sum in token order).
+  virtual void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions = {}) = 0;
 
   // ---- layernorm over the last dim of x[N,C] ----
   virtual void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor weight,
@@ -86,7 +88,7 @@ class Backend {
   // ---- linear: out[N,O] = in[N,I] @ weight[O,I]^T + bias[O] (bias may be empty) ----
   virtual void linear_fwd(Tensor out, Tensor in, Tensor weight, Tensor bias) = 0;
   // din[N,I] = dout @ weight; dweight (f32) += dout^T @ in; dbias (f32, may be empty) +=
-  // column sums of dout. din may be empty (not needed).
+  // column sums of dout. din may be empty (not needed), dweight too (a frozen weight).
   virtual void linear_bwd(Tensor din, Tensor dweight, Tensor dbias, Tensor dout, Tensor in,
                           Tensor weight) = 0;
   // out = gelu(in @ weight^T + bias) (tanh approximation), keeping the pre-activation in
@@ -99,12 +101,15 @@ class Backend {
   // for the backward: the CPU reference keeps the probabilities (T columns, zero above the
   // diagonal), flash attention one log-sum-exp per row (1 column).
   // out[B,T,H*D] = softmax(q k^T / sqrt(D), causal) v.
+  // With `positions` (i32 [B*T]: packed sequences, each token's position in its own
+  // sequence) token t of a row attends to keys t - positions[t] .. t only: the causal mask
+  // of each packed sequence, nothing across them.
   virtual int64_t attention_stats_cols(int64_t seq) const { return seq; }
-  virtual void attention_fwd(Tensor out, Tensor stats, Tensor qkv) = 0;
+  virtual void attention_fwd(Tensor out, Tensor stats, Tensor qkv, Tensor positions = {}) = 0;
   // dqkv (same layout as qkv) = ...; out is the forward's output (flash attention's
   // backward needs rowsum(dout * out)); dstats (the shape of stats) is scratch.
   virtual void attention_bwd(Tensor dqkv, Tensor dstats, Tensor dout, Tensor qkv, Tensor out,
-                             Tensor stats) = 0;
+                             Tensor stats, Tensor positions = {}) = 0;
 
   // ---- attention over a KV cache (generation) ----
   // The query rows of one decode or prefill step: qkv [N, H*3*D] (per head q, k, v as above),
@@ -119,18 +124,25 @@ class Backend {
                                   Tensor rows) = 0;
 
   // ---- elementwise ----
+  virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // out = gelu(in), tanh form
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
+  virtual void scale(Tensor t, float factor) = 0;                   // t *= factor
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b
 
   // ---- vocab-parallel cross-entropy, from parts (logits[N,Vl] = this rank's vocab slice) ----
   virtual void ce_local_max(Tensor max, Tensor logits) = 0;                       // f32 [N]
   virtual void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max) = 0;     // f32 [N]
+  // A negative target is not in the loss (a prompt token, padding: data's kIgnoredTarget):
+  // its loss and its logits' gradient are 0.
   // target_logit[n] = logits[n, target - vocab_start] if the target is in this slice, else 0.
   virtual void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets,
                                int64_t vocab_start) = 0;
-  // losses[n] = log(sumexp[n]) + max[n] - target_logit[n], after the tp all-reduces.
-  virtual void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) = 0;
-  // dlogits = (softmax - onehot(target)) * scale; dlogits may alias logits.
+  // losses[n] = log(sumexp[n]) + max[n] - target_logit[n], after the tp all-reduces; 0 where
+  // targets[n] < 0 (targets may be empty: every row counts).
+  virtual void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit,
+                       Tensor targets = {}) = 0;
+  // dlogits = (softmax - onehot(target)) * scale, 0 in rows whose target < 0; dlogits may
+  // alias logits.
   virtual void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
                       int64_t vocab_start, float scale) = 0;
 

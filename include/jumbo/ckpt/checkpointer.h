@@ -45,6 +45,12 @@ class BackgroundWorker {
   std::thread thread_;
 };
 
+// checkpoint.s3_region and s3_endpoint as the S3 client's options.
+S3Options s3_options(const CheckpointConfig& c);
+// Collective: every rank learns whether any rank's `error` is set, and the lowest such rank's
+// message ("rank R: ..."), so that all ranks fail alike instead of waiting for one that threw.
+std::optional<std::string> first_error(Comm& world, const std::string& error);
+
 // Loads `targets` from one checkpoint: reads each shard file that overlaps them (whole, to
 // verify its size and CRC-32), copies the overlapping elements, and checks every element of
 // every target was found. A null state pointer is not read (inference loads the master

@@ -47,6 +47,15 @@ struct StoredPiece {
   TensorPiece piece;
 };
 
+// Where a fine-tune's weights came from (train.init_from): the checkpoint as named, its step
+// and the fingerprint of its shard files (weights_fingerprint). A resume keeps the record.
+struct InitialWeights {
+  std::string from;  // "" = initialised, not loaded
+  int64_t step = 0;
+  std::string fingerprint;
+  bool operator==(const InitialWeights&) const = default;
+};
+
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
   CheckpointProgress progress;
@@ -59,11 +68,17 @@ struct Manifest {
   DataMixture data_train;
   std::string tokenizer;
   std::string chat_template;  // data.chat_template's TOML, or ""
+  InitialWeights init_from;
+  // A LoRA run's checkpoint holds its adapters alone (rank > 0); the base is init_from's.
+  LoraShape lora{};
   std::vector<ShardFileInfo> files;
   std::map<std::string, std::vector<StoredPiece>> tensors;  // by tensor name
 };
 
 std::string manifest_to_json(const Manifest& m);
+// A checkpoint's fingerprint: FNV-1a 64 over its shard files' names and CRC-32s in manifest
+// order, as "0x..." (the bytes of every file, the weights among them, are behind the CRCs).
+std::string weights_fingerprint(const Manifest& m);
 // Throws UserError naming `where` (the manifest's URL) on anything malformed.
 Manifest parse_manifest(const std::string& text, const std::string& where);
 // The model of the checkpoint must be the run's model: one line naming the first differing key.

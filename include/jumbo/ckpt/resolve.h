@@ -7,6 +7,7 @@
 
 #include "jumbo/ckpt/manifest.h"
 #include "jumbo/ckpt/storage.h"
+#include "jumbo/comm/comm.h"
 
 namespace jumbo {
 
@@ -20,5 +21,10 @@ struct ResolvedCheckpoint {
 // `latest` file names the newest step directory); a local path or "s3://bucket/prefix/...".
 // Throws UserError (one line) when it is neither.
 ResolvedCheckpoint resolve_checkpoint(const std::string& path, const S3Options& s3);
+
+// Collective: world rank 0 resolves `path` and reads its manifest; the other ranks receive
+// both in one broadcast, so no other rank reads the manifest. Throws UserError (on every
+// rank) when it is not a checkpoint. For fine-tuning's initial weights and inference.
+ResolvedCheckpoint open_checkpoint(const std::string& path, const S3Options& s3, Comm& world);
 
 }  // namespace jumbo

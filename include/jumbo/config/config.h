@@ -43,6 +43,41 @@ struct SkippedSamples {
   bool operator==(const SkippedSamples&) const = default;
 };
 
+// Fine-tuning (docs/finetune.md): none (pre-training), every weight trained (full), or LoRA
+// adapters (Hu et al. 2021) on a frozen base.
+enum class FineTune : uint8_t { none, full, lora };
+const char* to_string(FineTune f);
+
+// The linear maps of a layer that can carry a LoRA adapter x -> x A^T B^T (A [r x in], B
+// [out x r]), and a set of them.
+enum class LoraTarget : uint8_t { qkv, proj, fc1, fc2 };
+inline constexpr LoraTarget kLoraTargets[] = {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc1,
+                                              LoraTarget::fc2};
+const char* to_string(LoraTarget t);
+struct LoraTargetSet {
+  uint8_t bits = 0b1111;  // all four
+  static LoraTargetSet none() { return LoraTargetSet{.bits = 0}; }
+  bool has(LoraTarget t) const { return (bits >> static_cast<int>(t)) & 1; }
+  void add(LoraTarget t) { bits = static_cast<uint8_t>(bits | (1u << static_cast<int>(t))); }
+  int64_t count() const;
+  bool operator==(const LoraTargetSet&) const = default;
+};
+// "qkv,fc2": a comma-separated, non-empty list of the names of LoraTarget, each at most once.
+std::optional<LoraTargetSet> parse_lora_targets(std::string_view list);
+inline constexpr const char* kLoraTargetChoices =
+    "a comma-separated list of qkv, proj, fc1, fc2 (each at most once)";
+// "qkv, proj, fc1, fc2", in that order.
+std::string describe(LoraTargetSet targets);
+
+// A LoRA adapter's shape: rank r, scale alpha / r, on these maps of every layer.
+struct LoraShape {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 0;
+  LoraTargetSet targets;
+  double scale() const { return alpha / static_cast<double>(rank); }
+  bool operator==(const LoraShape&) const = default;
+};
+
 struct ModelConfig {
   std::string preset;        // path of the preset file the keys came from (informational)
   std::string name = "custom";
@@ -105,6 +140,11 @@ struct TrainConfig {
   // rewind: batches skipped from the checkpoint on; 0 = every batch from the checkpoint
   // through the anomalous one.
   int64_t rewind_skip_batches = 0;
+  // Fine-tuning: the weights of this checkpoint (a step directory, a checkpoint root's
+  // newest, or an s3:// URL; saved in any layout) start the run, with a fresh optimizer at
+  // step 0 and this run's schedule; "" = initialise. Unlike checkpoint.resume, nothing but
+  // the weights is taken. The model must have the checkpoint's shape.
+  std::string init_from;
 };
 
 // One dataset of a mixture: the prefix of a prepared dataset (jumbo's PREFIX.idx/.bin or
@@ -140,6 +180,9 @@ struct DataConfig {
   // A chat template (data/chat_template.h) the data was formatted with: stored in every
   // checkpoint, so `jumbo serve` answers chat completions as the model learned. "" = none.
   std::string chat_template;
+  // Prompt-completion datasets: several examples per sample (true; attention and positions
+  // stay inside each), or one example per sample, padded (false). docs/data-format.md.
+  bool packing = true;
 };
 
 struct CheckpointConfig {
@@ -181,6 +224,17 @@ struct CommConfig {
   ExpectNetwork expect_network = ExpectNetwork::any;
 };
 
+// [finetune]: how a run from train.init_from trains. LoRA freezes the base (its weights only,
+// in the compute dtype) and trains the adapters with AdamW; its checkpoints hold the adapters.
+struct FinetuneConfig {
+  FineTune method = FineTune::none;
+  int64_t lora_rank = 16;
+  double lora_alpha = 32;
+  std::string lora_targets = "qkv,proj,fc1,fc2";
+  // The adapters' shape (lora only; rank 0 otherwise); the targets checked by validate.
+  LoraShape lora() const;
+};
+
 struct RunConfig {
   std::string source = "<embedded demo>";  // file the config was read from, for messages
   ModelConfig model;
@@ -190,6 +244,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   LogConfig log;
   CommConfig comm;
+  FinetuneConfig finetune;
 };
 
 // A config enum's value by name, from the one table its config key reads too (Precision,

@@ -36,13 +36,19 @@ class Blend {
 class BlendedSampler final : public SampleSource {
  public:
   // One sampler per dataset, in the blend's order.
-  BlendedSampler(std::vector<std::unique_ptr<GptSampler>> samplers, std::span<const double> weights);
-  void sample(int64_t index, int32_t* out) const override;
+  BlendedSampler(std::vector<std::unique_ptr<SampleSource>> samplers,
+                 std::span<const double> weights);
+  void sample(int64_t index, const SampleView& out) const override;
+  int64_t loss_tokens(int64_t index) const override;
+  bool holds_examples() const override { return holds_examples_; }
+  // The blend's period (one pass of the weights' table), for messages.
+  int64_t samples_per_epoch() const override { return blend_.period(); }
   const Blend& blend() const { return blend_; }
-  const GptSampler& sampler(size_t dataset) const { return *samplers_.at(dataset); }
+  const SampleSource& sampler(size_t dataset) const { return *samplers_.at(dataset); }
 
  private:
-  std::vector<std::unique_ptr<GptSampler>> samplers_;
+  std::vector<std::unique_ptr<SampleSource>> samplers_;
+  bool holds_examples_ = false;
   Blend blend_;
 };
 

@@ -12,8 +12,14 @@ namespace jumbo {
 
 enum class TokenDType : uint8_t { u16 = 1, u32 = 2 };
 
+// What a dataset's documents are: text (every token is trained on) or prompt-completion
+// examples (each records the first token its loss counts: the completion's).
+enum class DocumentKind { text, prompt_completion };
+const char* to_string(DocumentKind k);
+
 struct DatasetHeader {
   TokenDType dtype = TokenDType::u16;
+  DocumentKind kind = DocumentKind::text;
   uint64_t vocab_size = 0;
   uint64_t tokenizer_fingerprint = 0;
   uint64_t num_docs = 0;
@@ -24,12 +30,16 @@ class IndexedDatasetWriter {
  public:
   // Writes PREFIX.bin.tmp / PREFIX.idx.tmp, renamed into place by finish().
   IndexedDatasetWriter(const std::string& prefix, uint64_t vocab_size,
-                       uint64_t tokenizer_fingerprint);
+                       uint64_t tokenizer_fingerprint, DocumentKind kind = DocumentKind::text);
   ~IndexedDatasetWriter();
   void add_document(const std::vector<int32_t>& tokens);  // caller appends EOS
+  // A prompt-completion example: prompt, completion and EOS; the loss counts the tokens from
+  // `loss_start` (the completion's first) on.
+  void add_example(const std::vector<int32_t>& tokens, uint64_t loss_start);
   DatasetHeader finish();
 
  private:
+  void write_tokens(const std::vector<int32_t>& tokens);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -63,6 +73,10 @@ class IndexedDataset {
   uint64_t num_tokens() const { return header_.num_tokens; }
   uint64_t num_docs() const { return header_.num_docs; }
   uint64_t doc_offset(uint64_t doc) const;  // token offset of a document's start
+  DocumentKind kind() const { return header_.kind; }
+  // A prompt-completion example's first token counted in the loss (relative to its start);
+  // 0 for text.
+  uint64_t doc_loss_start(uint64_t doc) const;
   // Copies tokens [start, start + count) into out as int32.
   void read(uint64_t start, uint64_t count, int32_t* out) const;
   // Throws UserError unless the dataset was made with this tokenizer (vocab and fingerprint);

@@ -19,6 +19,9 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files or glob patterns ('corpus/*.jsonl'); .jsonl: one
                                     // document per line under json_key; else one per file
   std::string json_key = "text";
+  // --format: text documents under json_key, or prompt-completion examples
+  // ({"prompt": ..., "completion": ...} per line; the loss counts the completion and EOS).
+  DocumentKind kind = DocumentKind::text;
   std::string tokenizer;            // SentencePiece .model
   std::string output_prefix;        // writes PREFIX.parts and PREFIX.part-NNNNNN.bin/.idx
   int64_t part_bytes = int64_t{256} << 20;  // input bytes per part

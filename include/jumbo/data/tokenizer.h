@@ -119,6 +119,14 @@ class Tokenizer {
   std::string path_;
 };
 
+// `text` as it is tokenized after a piece boundary inside a document (a completion after its prompt, a task's continuation after
+// its context): SentencePiece's pieces
+// of its characters alone, without the word-start mark `encode` puts before a text (so
+// " press" is "▁press", and "ing" has no "▁"). decode(prefix + these) == decode(prefix) + text
+// for a non-empty prefix. Throws UserError if the tokenizer has no character to force the
+// boundary with (none of "\n", U+0001, U+E000 outside its vocabulary).
+std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text);
+
 // `jumbo data inspect-tokenizer`. A multi-word piece holds "▁" (a word boundary) after its
 // first character: "▁of▁the", "s▁of".
 struct LongPiece {

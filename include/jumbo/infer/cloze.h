@@ -44,12 +44,6 @@ struct PairTokens {
 PairTokens split_pair(const Tokenizer& tokenizer, const std::string& context,
                       const std::string& continuation, ClozeScoring scoring);
 
-// `text` as it is tokenized after a piece boundary inside a document: SentencePiece's pieces
-// of its characters alone, without the word-start mark `encode` puts before a text (so
-// " press" is "▁press", and "ing" has no "▁"). decode(prefix + these) == decode(prefix) + text
-// for a non-empty prefix. Throws UserError if the tokenizer has no character to force the
-// boundary with (none of "\n", U+0001, U+E000 outside its vocabulary).
-std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text);
 
 // What the whole rule's cut does at the seam between context and continuation, over every
 // pair (the first tokens of the whole encoding, as many as the context alone encodes to):

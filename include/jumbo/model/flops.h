@@ -16,19 +16,7 @@ double parameter_count_formula(const ModelConfig& m);
 // Causal attention counted at half (s/(12h) rather than the paper's s/(6h)).
 double model_flops_per_iteration(const ModelConfig& m, int64_t sequences, int64_t seq);
 double model_flops_per_token(const ModelConfig& m, int64_t seq);
-// LoRA (Hu et al. 2021): a low-rank adapter x -> x A^T B^T, A [r x in] and B [out x r], next to
-// a layer's linear map. The maps that can carry one, and a set of them.
-enum class LoraTarget : uint8_t { qkv, proj, fc1, fc2 };
-inline constexpr LoraTarget kLoraTargets[] = {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc1,
-                                              LoraTarget::fc2};
-const char* to_string(LoraTarget t);
-struct LoraTargetSet {
-  uint8_t bits = 0b1111;  // all four
-  static LoraTargetSet none() { return LoraTargetSet{.bits = 0}; }
-  bool has(LoraTarget t) const { return (bits >> static_cast<int>(t)) & 1; }
-  void add(LoraTarget t) { bits = static_cast<uint8_t>(bits | (1u << static_cast<int>(t))); }
-  int64_t count() const;
-};
+// LoRA adapters (config.h: LoraTarget, LoraTargetSet).
 // One layer's adapters on one of tp ranks, sharded as their base map: column-parallel (qkv,
 // fc1) split B by output and replicate A; row-parallel (proj, fc2) split A by input and
 // replicate B. The whole layer's count is tp x split + replicated.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -47,8 +48,11 @@ struct GptOptions {
   // Sequence parallelism (Korthikanti et al. 2022): with tp > 1, the layernorm and residual
   // regions hold S/tp of the sequence; all-gather and reduce-scatter along the sequence
   // replace the tensor-parallel all-reduces. Layernorm and position-embedding gradients are
-  // then partial sums over the tp ranks (ParamInfo::sequence_partial).
+  // then partial sums over the tp ranks (ParamInfo::tp_partial_grad).
   bool sequence_parallel = false;
+  // LoRA (model/lora.h): adapters on a frozen base. The base then holds weights only (no
+  // gradients); trained_params() is the adapters' store. rank 0: no adapters.
+  LoraShape lora{};
 };
 
 // What a stage with these options asks of a backend's kernels (backend/device.h): checked
@@ -72,20 +76,35 @@ class GptModel {
  public:
   GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp);
 
+  // The stage's model weights (with LoRA frozen: weights only, no gradients).
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
-  void initialize(uint64_t seed) { params_.initialize(backend_, seed); }
+  // What trains: every weight, or with LoRA the adapters. The optimizer, the gradient sync
+  // and checkpoints work on this store; the grads-ready and weights-needed hooks report its
+  // flat offsets.
+  ParamStore& trained_params() { return lora_ ? adapters_ : params_; }
+  const ParamStore& trained_params() const { return lora_ ? adapters_ : params_; }
+  bool lora() const { return lora_; }
+  void initialize(uint64_t seed) {
+    params_.initialize(backend_, seed);
+    if (lora_) adapters_.initialize(backend_, seed);
+  }
 
   // One microbatch through this stage, into activation set `slot`. tokens (first stage) and
   // targets (last stage) are host arrays of micro_batch * seq ids; other stages read their
   // input from input(slot). On the last stage the per-token losses are recorded on the device
   // (no host wait); take_loss_sum() reads them back.
+  // A negative target is not in the loss (its loss and gradient are 0).
   void forward(int slot, const int32_t* tokens, const int32_t* targets) {
-    forward(slot, 0, tokens, targets);
+    forward(slot, 0, tokens, targets, nullptr);
   }
   // The same through model chunk `chunk` (interleaved pipelines): the embedding runs in chunk
-  // 0 of the first stage, the head in the last chunk of the last stage.
-  void forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets);
+  // 0 of the first stage, the head in the last chunk of the last stage. `positions` (host,
+  // micro_batch * seq, every stage; null for plain sequences) holds packed sequences: each
+  // token's position in its own sequence, which the position embedding looks up and the
+  // attention keeps inside (the slot keeps them for its backward).
+  void forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets,
+               const int32_t* positions);
   // The sum of the per-token losses recorded since the last call, added in microbatch and
   // token order (one host read); 0 on stages without the head.
   double take_loss_sum();
@@ -99,7 +118,7 @@ class GptModel {
   void backward(int slot, int chunk, float loss_scale);
   // One-stage convenience: slot 0; returns the microbatch's loss sum (a host read).
   double forward(const int32_t* tokens, const int32_t* targets) {
-    forward(0, 0, tokens, targets);
+    forward(0, 0, tokens, targets, nullptr);
     return take_loss_sum();
   }
   void backward(float loss_scale) { backward(0, 0, loss_scale); }
@@ -110,7 +129,7 @@ class GptModel {
   Tensor grad_output() { return dresidual_; }
   Tensor grad_input(int slot) { return slots_[slot].dinput; }
 
-  void zero_grads() { backend_.fill(params_.all_grads(), 0.0f); }
+  void zero_grads() { backend_.fill(trained_params().all_grads(), 0.0f); }
   // Called during backward each time the gradients of every parameter at flat offset >= the
   // argument are complete for this microbatch (backward finishes them from the end of the
   // flat buffer towards its start). Data parallelism starts bucket reductions from it. The
@@ -123,7 +142,7 @@ class GptModel {
     weights_needed_ = std::move(hook);
   }
   // The tied embedding's gradient (first and last stage), or an empty tensor.
-  Tensor embedding_grad() { return wte_ >= 0 ? params_.grad(wte_) : Tensor{}; }
+  Tensor embedding_grad() { return wte_ >= 0 && !lora_ ? params_.grad(wte_) : Tensor{}; }
 
   size_t activation_bytes() const { return acts_arena_.used(); }
   // The last stage's logits of its last forward, [micro_batch x seq, vocab slice] in the
@@ -139,14 +158,30 @@ class GptModel {
   // Forward state of one microbatch in flight.
   struct Slot {
     Tensor tokens, targets, encoded, dinput;
+    // Packed sequences: positions of the whole sequence (attention) and of this rank's part
+    // of it (the position embedding; the same tensor without sequence parallelism).
+    Tensor positions, positions_part;
+    bool packed = false;
     std::vector<LayerActs> layers;
     int chunk = 0;  // the model chunk whose microbatch the slot holds
   };
 
   void register_params();
   void layout_activations(Arena& arena);
-  LayerContext layer_context() { return {backend_, region_, params_, opts_.layernorm_eps}; }
+  LayerContext layer_context() {
+    return {backend_, region_, params_, opts_.layernorm_eps, lora_ ? lora_ctx_.get() : nullptr};
+  }
   void block_backward(LayerActs& a, const LayerParams& p);
+  // Backward of out += scale B(A(x)) (layer.h's lora_forward) after its base map's: dB, then
+  // dh = scale dout B, dA, and dx += dh A.
+  void lora_backward(LoraTarget target, const LayerParams& p, Tensor dout, Tensor x, Tensor dx,
+                     const LayerActs& a);
+  // A parameter's gradient, or for a frozen base norm scratch its backward may write.
+  Tensor norm_grad(int param, Tensor frozen_scratch) const {
+    return lora_ ? frozen_scratch : params_.grad(param);
+  }
+  // The trained weights a layer's forward reads end at this flat offset (ZeRO's gather).
+  int64_t layer_weights_end(const LayerParams& p) const;
   void head_forward(Slot& s, Tensor x);
   void head_backward(Slot& s, Tensor x, float loss_scale);
 
@@ -164,6 +199,11 @@ class GptModel {
   bool sp_ = false;
   int64_t seq_part_;  // sequence positions of this rank's part (S, or S/tp with SP)
   ParamStore params_;
+  bool lora_ = false;
+  ParamStore adapters_;  // LoRA's trained parameters
+  std::unique_ptr<LoraContext> lora_ctx_;
+  Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
+  Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk
   Arena acts_arena_;
@@ -181,6 +221,7 @@ class GptModel {
   Tensor loss_record_;              // f32 [losses_per_read x micro_batch x seq], last stage
   int64_t losses_recorded_ = 0;     // microbatches in loss_record_
   std::vector<float> host_losses_;  // its host copy
+  std::vector<int32_t> host_positions_part_;  // sequence parallel: this rank's positions
   std::function<void(int64_t)> grads_ready_;
   std::function<void(int64_t)> weights_needed_;
   // Flat offsets just past the weights a part of the forward reads.

@@ -9,17 +9,27 @@
 //   layer's partial sums are reduced (sequence parallelism, or plain all-reduces);
 // - LayerTensors: the layer's tensors, which the decoder passes as aliases (its residual
 //   stream is added in place).
+#include <array>
 #include <cstdint>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/config/config.h"
 #include "jumbo/model/params.h"
 
 namespace jumbo {
 
+// A layer's LoRA adapters (Hu et al. 2021), per LoraTarget: A [r x in] and B [out x r] in the
+// stage's adapter ParamStore, -1 where a map has none.
+struct LoraLayerParams {
+  std::array<int, 4> a{-1, -1, -1, -1}, b{-1, -1, -1, -1};
+  bool has(LoraTarget t) const { return a[static_cast<size_t>(t)] >= 0; }
+};
+
 // Where each of a layer's parameters sits in its stage's ParamStore (gpt_param_index).
 struct GptLayerParams {
   int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  LoraLayerParams lora;
 };
 
 // The entry and exit of a tensor-parallel region. Column-parallel layers read the full
@@ -45,6 +55,10 @@ class TensorParallelRegion {
   void reduce(Tensor full, Tensor part);
   // A row-parallel layer adds its bias on tp rank 0 only, so the reduction counts it once.
   Tensor row_parallel_bias(Tensor bias) const { return tp_->rank() == 0 ? bias : Tensor{}; }
+  // Whether this rank adds the terms a row-parallel reduction must count once (bias, LoRA).
+  bool counts_row_parallel_terms() const { return tp_->rank() == 0; }
+  // The sum over the tp ranks in place, whatever the split (LoRA's r-wide partial products).
+  void all_reduce(Tensor t) { tp_->all_reduce(t, ReduceOp::sum); }
 
  private:
   Backend* backend_;
@@ -62,6 +76,16 @@ class TensorParallelRegion {
 struct LayerTensors {
   Tensor input, ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
       ln2_mean, ln2_rstd, fch, fch_gelu, residual3, proj_full, proj_part;
+  // LoRA: per target, scale x (x A^T) [N, r], what B's gradient reads.
+  std::array<Tensor, 4> lora_h{};
+};
+
+// What a layer's LoRA adapters run on: their store, the scale alpha / r, and scratch for B's
+// output before it is added ([N x the widest map's output] in the compute dtype).
+struct LoraContext {
+  const ParamStore& adapters;
+  float scale = 1;
+  Tensor scratch;
 };
 
 // The layer's core attention: atty from qkv.
@@ -77,6 +101,9 @@ class CoreAttention {
 class CausalAttention final : public CoreAttention {
  public:
   bool forward(Backend& backend, LayerTensors& t) override;
+  // Packed sequences (backend.h's attention positions) of the microbatch at hand; empty for
+  // plain causal attention.
+  Tensor positions;
 };
 
 // Decoding: each row attends to its cache slot's earlier positions, after writing its own key
@@ -106,7 +133,15 @@ struct LayerContext {
   TensorParallelRegion& tp;
   const ParamStore& params;
   float layernorm_eps;
+  const LoraContext* lora = nullptr;  // the layer's adapters (LoRA), or none
 };
+
+// The one rule of a LoRA map's forward, out += scale B(A(x)): for a column-parallel map (x
+// whole, B this rank's output rows) every rank adds its slice; for a row-parallel one (A this
+// rank's input columns) the r-wide partial products are summed over tp and rank 0 adds B's
+// output, so the reduction after the map counts it once. Keeps scale x (x A^T) in h.
+void lora_forward(const LayerContext& ctx, LoraTarget target, const GptLayerParams& p, Tensor x,
+                  Tensor out, Tensor h);
 
 // One pre-LayerNorm layer: residual2 = input + proj(attn(qkv(ln1(input)))),
 // residual3 = residual2 + fc2(gelu(fc1(ln2(residual2)))).

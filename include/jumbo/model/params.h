@@ -30,13 +30,20 @@ struct ParamInfo {
   bool tp_replicated = true;  // same values on every tp rank (counted once in the grad norm)
   bool tied_embedding = false;  // the token embedding, also the head: on first and last stage
   bool pipeline_copy = false; // the last stage's copy of the tied embedding (not in the norm)
-  // Sequence parallelism: this rank saw only its part of the sequence, so its gradient is a
-  // partial sum over the tp ranks (layernorms, the position embedding).
-  bool sequence_partial = false;
+  // Its gradient on this rank is a partial sum over the tp ranks, which GradSync adds up:
+  // with sequence parallelism (this rank saw only its part of the sequence: layernorms, the
+  // position embedding) and LoRA's A of a column-parallel map (this rank's output slice).
+  bool tp_partial_grad = false;
   int64_t valid_rows = -1;    // rows >= this are padding (the padded vocabulary); -1: none
   int64_t flat_offset = 0;    // element offset in the flat buffers
   int64_t numel() const { return slice.numel(); }
 };
+
+// A parameter's description: its name, global shape, this rank's rectangle of it (offset,
+// shape), initialisation, weight decay and whether every tp rank holds the same values.
+ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<int64_t> offset,
+                     std::vector<int64_t> local, InitKind init, float std, bool decay,
+                     bool replicated);
 
 class ParamStore {
  public:

@@ -16,11 +16,22 @@
 
 namespace jumbo {
 
-// Supplies microbatches: fills tokens and targets (micro_batch x seq ids each).
+// One microbatch's host inputs, micro_batch x seq each: tokens, targets (a negative target is
+// not in the loss) and, for sources that hold packed examples, each token's position in its
+// own sequence (attention stays inside it); positions is null otherwise.
+struct MicrobatchView {
+  int32_t* tokens = nullptr;
+  int32_t* targets = nullptr;
+  int32_t* positions = nullptr;
+};
+
+// Supplies microbatches.
 class MicrobatchSource {
  public:
   virtual ~MicrobatchSource() = default;
-  virtual void next(int32_t* tokens, int32_t* targets) = 0;
+  virtual void next(const MicrobatchView& microbatch) = 0;
+  // Whether it fills positions (prompt-completion examples): the model then reads them.
+  virtual bool holds_examples() const { return false; }
 };
 
 struct PipelineRun {
@@ -62,7 +73,9 @@ class PipelineRunner {
   Comm& pp_;
   int stages_, stage_, chunks_;
   Schedule train_, forward_only_;
-  std::vector<int32_t> tokens_, targets_;
+  // The microbatch read last; with packed examples one per microbatch of the run.
+  size_t tokens_per_microbatch_ = 0;
+  std::vector<int32_t> tokens_, targets_, positions_;
   std::vector<int> slot_of_;  // [microbatch * chunks + chunk]
   std::vector<int> free_slots_;
   std::vector<CommRequest> fwd_sent_, bwd_sent_;  // per slot

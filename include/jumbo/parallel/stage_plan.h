@@ -43,6 +43,7 @@ struct StepShape {
   int64_t seq = 0;                 // tokens per sequence; 0 = model.context
   Precision precision = Precision::fp32;
   int64_t eval_microbatches = 0;   // microbatches of one forward-only run on this rank
+  LoraShape lora{};                // LoRA: the adapters are what trains (rank 0: every weight)
 };
 StepShape step_shape_of(const RunConfig& cfg);
 
@@ -55,8 +56,10 @@ struct StagePlan {
   int64_t microbatches = 1;
   std::vector<PipeOp> schedule;
   int64_t eval_microbatches = 0;  // of one forward-only run (evaluation) on this rank
-  // The stage's parameters as GptModel registers them (layout only: nothing allocated),
-  // padded to a multiple of dp.
+  // The stage's trained parameters as GptModel registers them (layout only: nothing
+  // allocated), padded to a multiple of dp: every weight, or with LoRA the adapters alone
+  // (the frozen base has no gradient, optimizer state or checkpoint shard). The buckets,
+  // optimizer and grad-norm ranges below are over these.
   ParamStore params;
   std::vector<std::pair<int64_t, int64_t>> buckets;  // dp buckets; empty without dp
   bool zero1 = false;                                 // ZeRO-1 in effect (dp > 1)

@@ -12,19 +12,10 @@
 
 namespace jumbo {
 
-// none: pre-training.
-enum class FineTune : uint8_t { none, full, lora };
-const char* to_string(FineTune f);
 // "full" or "lora" (none is not a flag value: no --finetune is pre-training).
 std::optional<FineTune> parse_fine_tune(std::string_view name);
 inline constexpr const char* kFineTuneChoices = "full or lora";
 
-// "qkv,fc2": a comma-separated, non-empty list of the names of LoraTarget, each at most once.
-std::optional<LoraTargetSet> parse_lora_targets(std::string_view list);
-inline constexpr const char* kLoraTargetChoices =
-    "a comma-separated list of qkv, proj, fc1, fc2 (each at most once)";
-// "qkv, proj, fc1, fc2", in that order.
-std::string describe(LoraTargetSet targets);
 
 struct LoraPlan {
   int64_t rank = 16;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "jumbo/backend/backend.h"
+#include "jumbo/ckpt/resolve.h"
 #include "jumbo/ckpt/shard.h"
 #include "jumbo/comm/grid.h"
 #include "jumbo/model/params.h"
@@ -25,5 +27,11 @@ std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
                                               const std::vector<OptimRange>& ranges,
                                               MasterMemory master, float* exp_avg,
                                               float* exp_avg_sq, StateUse use);
+
+// Collective over `dp`: dp rank 0 loads the master weights of `params` (a stage of any tp x pp
+// layout, its shapes from gpt_stage_params) from the checkpoint and the replicas receive them;
+// then the compute copy is refreshed. Only `master` is read (a null state pointer is skipped).
+// For inference, and LoRA's frozen base. Throws UserError naming the file or tensor.
+void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp);
 
 }  // namespace jumbo

@@ -42,7 +42,8 @@ class ScrambledTargets final : public MicrobatchSource {
  public:
   ScrambledTargets(MicrobatchSource& inner, int64_t vocab, int64_t tokens_per_microbatch)
       : inner_(inner), vocab_(vocab), tokens_(tokens_per_microbatch) {}
-  void next(int32_t* tokens, int32_t* targets) override;
+  void next(const MicrobatchView& mb) override;
+  bool holds_examples() const override { return inner_.holds_examples(); }
 
  private:
   MicrobatchSource& inner_;

@@ -22,9 +22,14 @@ struct ValidSet {
   std::string name;
   double weight = 1;  // normalised over data.valid
   std::unique_ptr<IndexedDataset> data;
-  std::unique_ptr<GptSampler> sampler;
+  std::unique_ptr<SampleSource> sampler;
   std::unique_ptr<DatasetBatches> batches;
 };
+
+// A dataset's sampler: text windows (GptSampler) or prompt-completion examples
+// (ExampleSampler), packed or padded (data.packing).
+std::unique_ptr<SampleSource> make_sampler(const IndexedDataset& data, int64_t seq, uint64_t seed,
+                                           SampleOrder order, bool packing);
 
 class RunData {
  public:
@@ -44,6 +49,7 @@ class RunData {
   std::string tokenizer_;
   std::string chat_template_text_;
   int64_t seq_;
+  bool packing_;
   std::vector<std::unique_ptr<IndexedDataset>> train_data_;
   std::unique_ptr<BlendedSampler> train_sampler_;
   std::unique_ptr<DatasetBatches> train_batches_;

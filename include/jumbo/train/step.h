@@ -20,7 +20,9 @@ struct StepResult {
 
 struct StepRequest {
   int64_t microbatches = 1;  // on this data-parallel rank
-  int64_t batch_tokens = 0;  // tokens of the whole global batch: the loss is their mean
+  // The targets the loss counts in the whole global batch (every token of text; an
+  // example's completion and EOS): the loss is their mean, the same on every layout.
+  int64_t loss_tokens = 0;
   double lr = 0;
   double grad_clip = 0;      // 0 disables clipping
   // Asked at every step once the loss and grad norm are known (the same on every rank),

@@ -102,8 +102,19 @@ class Trainer {
   bool save_checkpoint(double lr, int64_t batch);
   // Collective, before the resume: refuses a checkpoint.dir without room for one checkpoint.
   void check_checkpoint_room_at_start();
-  void resume_from_checkpoint();
-  // After a load into checkpoint_pieces(load): the state everywhere, progress_ from `m`.
+  // False when no checkpoint was resumed (a fresh start).
+  bool resume_from_checkpoint();
+  // Collective, on a fresh start with train.init_from: the weights of that checkpoint (any
+  // layout) into the master weights; Adam's moments and progress stay fresh.
+  void init_from_checkpoint();
+  // Collective: LoRA's frozen base from the checkpoint at `path` (its model checked, and its
+  // fingerprint when one is given), recorded as init_from_.
+  void load_frozen_base(const std::string& path, const std::string& where,
+                        const std::string& fingerprint);
+  // After a load into checkpoint_pieces(load): the state on every rank (replicas, the
+  // weights' compute copy, ZeRO-1's gather).
+  void distribute_loaded_state();
+  // distribute_loaded_state, then the optimizer's steps and progress_ from `m`.
   void restore_loaded_state(const Manifest& m);
   // An anomalous step (trainer_anomaly.cpp): records it in the guard and in its metrics, and
   // acts on train.on_anomaly; logs and throws UserError to stop (stop, or over
@@ -132,6 +143,7 @@ class Trainer {
   StepFaults faults_;
   std::unique_ptr<StragglerDetector> stragglers_;  // runs of several ranks
   RunProgress progress_;  // saved by every checkpoint, restored by a resume or a rewind
+  InitialWeights init_from_;  // where the weights came from (train.init_from), in every manifest
 };
 
 }  // namespace jumbo

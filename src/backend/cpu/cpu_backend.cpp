@@ -49,11 +49,11 @@ class CpuBackend final : public Backend {
   void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start) override {
     cpu::token_embedding_bwd(dwte, dout, tokens, vocab_start);
   }
-  void position_embedding_fwd(Tensor out, Tensor wpe) override {
-    cpu::position_embedding_fwd(out, wpe);
+  void position_embedding_fwd(Tensor out, Tensor wpe, Tensor positions = {}) override {
+    cpu::position_embedding_fwd(out, wpe, positions);
   }
-  void position_embedding_bwd(Tensor dwpe, Tensor dout) override {
-    cpu::position_embedding_bwd(dwpe, dout);
+  void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions = {}) override {
+    cpu::position_embedding_bwd(dwpe, dout, positions);
   }
   void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b,
                      float eps) override {
@@ -74,18 +74,20 @@ class CpuBackend final : public Backend {
   void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) override {
     cpu::linear_bwd(scratch_, din, dw, dbias, dout, in, w);
   }
-  void attention_fwd(Tensor out, Tensor probs, Tensor qkv) override {
-    cpu::attention_fwd(out, probs, qkv);
+  void attention_fwd(Tensor out, Tensor probs, Tensor qkv, Tensor positions = {}) override {
+    cpu::attention_fwd(out, probs, qkv, positions);
   }
   void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
                           Tensor rows) override {
     cpu::attention_kv_cache(out, qkv, k_cache, v_cache, rows);
   }
   void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor /*out*/,
-                     Tensor probs) override {
-    cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs);
+                     Tensor probs, Tensor positions = {}) override {
+    cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs, positions);
   }
+  void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cpu::gelu_bwd(din, dout, in); }
+  void scale(Tensor t, float factor) override { cpu::scale(t, factor); }
   void add(Tensor out, Tensor a, Tensor b) override { cpu::add(out, a, b); }
 
   void ce_local_max(Tensor max, Tensor logits) override { cpu::ce_local_max(max, logits); }
@@ -95,8 +97,8 @@ class CpuBackend final : public Backend {
   void ce_target_logit(Tensor tl, Tensor logits, Tensor targets, int64_t vocab_start) override {
     cpu::ce_target_logit(tl, logits, targets, vocab_start);
   }
-  void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor tl) override {
-    cpu::ce_loss(losses, max, sumexp, tl);
+  void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor tl, Tensor targets = {}) override {
+    cpu::ce_loss(losses, max, sumexp, tl, targets);
   }
   void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
               int64_t vocab_start, float scale) override {

@@ -40,13 +40,14 @@ void fill(Tensor t, float value);
 void fill_columns(Tensor t, int64_t first_col, float value);
 void copy(Tensor dst, Tensor src);
 void gelu_fwd(Tensor out, Tensor in);
+void scale(Tensor t, float factor);
 void gelu_bwd(Tensor din, Tensor dout, Tensor in);
 void add(Tensor out, Tensor a, Tensor b);
 
 void token_embedding_fwd(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_start);
 void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_start);
-void position_embedding_fwd(Tensor out, Tensor wpe);
-void position_embedding_bwd(Tensor dwpe, Tensor dout);
+void position_embedding_fwd(Tensor out, Tensor wpe, Tensor positions);
+void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions);
 void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps);
 void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
                    Tensor rstd);
@@ -62,14 +63,15 @@ int64_t linear_rows_panel_floats(int64_t rows, int64_t k);
 inline constexpr int64_t kRowsKernelRows = 256;
 void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
-void attention_fwd(Tensor out, Tensor probs, Tensor qkv);
-void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs);
+void attention_fwd(Tensor out, Tensor probs, Tensor qkv, Tensor positions);
+void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs,
+                   Tensor positions);
 void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor rows);
 
 void ce_local_max(Tensor max, Tensor logits);
 void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max);
 void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets, int64_t vocab_start);
-void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit);
+void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit, Tensor targets);
 void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
             int64_t vocab_start, float scale);
 

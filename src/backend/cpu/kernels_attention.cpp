@@ -64,9 +64,16 @@ Dims dims_of(Tensor qkv, Tensor probs) {
 
 }  // namespace
 
-void attention_fwd(Tensor out, Tensor probs, Tensor qkv) {
+// The first key row t may see: 0 (causal), or t - positions[b*T + t] (packed sequences).
+static int64_t first_key(const int32_t* positions, int64_t b, int64_t t, int64_t seq) {
+  return positions ? t - positions[b * seq + t] : 0;
+}
+
+void attention_fwd(Tensor out, Tensor probs, Tensor qkv, Tensor positions) {
   expect(probs.dtype == DType::f32 && out.dtype == qkv.dtype, "attention_fwd: dtypes");
   const Dims s = dims_of(qkv, probs);
+  expect(positions.empty() || positions.numel() == s.b * s.t, "attention_fwd: positions [B*T]");
+  const int32_t* pos = positions.empty() ? nullptr : positions.as<int32_t>();
   expect(out.numel() == s.b * s.t * s.h * s.d, "attention_fwd: out size");
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   dispatch_float(qkv.dtype, [&](auto tag) {
@@ -83,17 +90,19 @@ void attention_fwd(Tensor out, Tensor probs, Tensor qkv) {
                     s.d, hb.k.data(), s.d, 0.0f, p, s.t);
         for (int64_t t = 0; t < s.t; ++t) {
           float* row = p + t * s.t;
-          float mx = row[0];
-          for (int64_t j = 1; j <= t; ++j) mx = std::fmax(mx, row[j]);
+          const int64_t lo = first_key(pos, b, t, s.t);
+          float mx = row[lo];
+          for (int64_t j = lo + 1; j <= t; ++j) mx = std::fmax(mx, row[j]);
           float sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t j = lo; j <= t; ++j) {
             row[j] = fast_expf(row[j] - mx);
             sum += row[j];
           }
           const float inv = 1.0f / sum;
 #pragma omp simd
-          for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+          for (int64_t j = lo; j <= t; ++j) row[j] *= inv;
+          for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
           for (int64_t j = t + 1; j < s.t; ++j) row[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.t, s.d, s.t, 1.0f, p, s.t,
@@ -107,9 +116,12 @@ void attention_fwd(Tensor out, Tensor probs, Tensor qkv) {
   });
 }
 
-void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs) {
+void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs,
+                   Tensor positions) {
   expect(probs.dtype == DType::f32 && dprobs.dtype == DType::f32, "attention_bwd: probs f32");
   const Dims s = dims_of(qkv, probs);
+  expect(positions.empty() || positions.numel() == s.b * s.t, "attention_bwd: positions [B*T]");
+  const int32_t* pos = positions.empty() ? nullptr : positions.as<int32_t>();
   expect(dqkv.numel() == qkv.numel() && dout.numel() == s.b * s.t * s.h * s.d,
          "attention_bwd: sizes");
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
@@ -138,11 +150,13 @@ void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor p
         for (int64_t t = 0; t < s.t; ++t) {
           const float* pr = p + t * s.t;
           float* dr = dp + t * s.t;
+          const int64_t lo = first_key(pos, b, t, s.t);
           float dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+          for (int64_t j = lo; j <= t; ++j) dot += pr[j] * dr[j];
 #pragma omp simd
-          for (int64_t j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+          for (int64_t j = lo; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
+          for (int64_t j = 0; j < lo; ++j) dr[j] = 0.0f;
           for (int64_t j = t + 1; j < s.t; ++j) dr[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.t, s.d, s.t, scale, dp, s.t,

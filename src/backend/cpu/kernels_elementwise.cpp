@@ -64,6 +64,16 @@ namespace {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 }
 
+void scale(Tensor t, float factor) {
+  dispatch_float(t.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.as<T>();
+    const int64_t n = t.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) store(p, i, load(p, i) * factor);
+  });
+}
+
 void gelu_fwd(Tensor out, Tensor in) {
   expect(out.numel() == in.numel() && out.dtype == in.dtype, "gelu_fwd: shapes/dtypes");
   const int64_t n = in.numel();
@@ -165,10 +175,12 @@ void token_embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, int64_t vocab_
   });
 }
 
-void position_embedding_fwd(Tensor out, Tensor wpe) {
+void position_embedding_fwd(Tensor out, Tensor wpe, Tensor positions) {
   expect(out.ndim == 3 && out.dtype == wpe.dtype, "position_embedding_fwd: out [B,T,C]");
   const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2);
-  expect(t <= wpe.dim(0) && c == wpe.dim(1), "position_embedding_fwd: wpe shape");
+  expect((positions.empty() ? t <= wpe.dim(0) : positions.numel() == b * t) && c == wpe.dim(1),
+         "position_embedding_fwd: wpe shape, positions [B*T]");
+  const int32_t* pos = positions.empty() ? nullptr : positions.as<int32_t>();
   dispatch_float(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* w = wpe.as<T>();
@@ -177,7 +189,7 @@ void position_embedding_fwd(Tensor out, Tensor wpe) {
     for (int64_t bi = 0; bi < b; ++bi) {
       for (int64_t ti = 0; ti < t; ++ti) {
         T* dst = o + (bi * t + ti) * c;
-        const T* src = w + ti * c;
+        const T* src = w + (pos ? pos[bi * t + ti] : ti) * c;
 #pragma omp simd
         for (int64_t i = 0; i < c; ++i) store(dst, i, load(dst, i) + load(src, i));
       }
@@ -185,10 +197,31 @@ void position_embedding_fwd(Tensor out, Tensor wpe) {
   });
 }
 
-void position_embedding_bwd(Tensor dwpe, Tensor dout) {
+void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions) {
   expect(dout.ndim == 3 && dwpe.dtype == DType::f32, "position_embedding_bwd: dout [B,T,C]");
   const int64_t b = dout.dim(0), t = dout.dim(1), c = dout.dim(2);
   float* dw = dwpe.as<float>();
+  if (!positions.empty()) {
+    // Packed sequences: a scatter by position, in token order within each column block (the
+    // blocks are disjoint, so threads never share a row element and the order is fixed).
+    expect(positions.numel() == b * t, "position_embedding_bwd: positions [B*T]");
+    const int32_t* pos = positions.as<int32_t>();
+    constexpr int64_t kBlock = 64;
+    dispatch_float(dout.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = dout.as<T>();
+#pragma omp parallel for schedule(static)
+      for (int64_t c0 = 0; c0 < c; c0 += kBlock) {
+        const int64_t c1 = std::min(c, c0 + kBlock);
+        for (int64_t n = 0; n < b * t; ++n) {
+          float* d = dw + static_cast<int64_t>(pos[n]) * c;
+          const T* s = g + n * c;
+          for (int64_t i = c0; i < c1; ++i) d[i] += load(s, i);
+        }
+      }
+    });
+    return;
+  }
   dispatch_float(dout.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* g = dout.as<T>();

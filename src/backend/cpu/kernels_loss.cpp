@@ -69,13 +69,14 @@ void ce_target_logit(Tensor target_logit, Tensor logits, Tensor targets, int64_t
   });
 }
 
-void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) {
+void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit, Tensor targets) {
   const int64_t n = losses.numel();
+  const int32_t* tg = targets.empty() ? nullptr : targets.as<int32_t>();
   float* pl = losses.as<float>();
   const float* pm = max.as<float>();
   const float* ps = sumexp.as<float>();
   const float* pt = target_logit.as<float>();
-  for (int64_t r = 0; r < n; ++r) pl[r] = std::log(ps[r]) + pm[r] - pt[r];
+  for (int64_t r = 0; r < n; ++r) pl[r] = tg && tg[r] < 0 ? 0.0f : std::log(ps[r]) + pm[r] - pt[r];
 }
 
 void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
@@ -94,6 +95,10 @@ void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor tar
       const T* row = pl + r * v;
       T* drow = pd + r * v;
       const float mx = pm[r];
+      if (tg[r] < 0) {  // not in the loss
+        for (int64_t i = 0; i < v; ++i) store(drow, i, 0.0f);
+        continue;
+      }
       const float inv = scale / ps[r];
 #pragma omp simd
       for (int64_t i = 0; i < v; ++i) store(drow, i, fast_expf(load(row, i) - mx) * inv);

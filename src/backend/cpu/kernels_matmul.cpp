@@ -133,7 +133,7 @@ void linear_fwd(Scratch& s, Tensor out, Tensor in, Tensor w, Tensor bias) {
 void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) {
   const int64_t o = w.dim(0), k = w.dim(1);
   const int64_t n = in.numel() / k;
-  expect(dout.numel() == n * o && dw.dtype == DType::f32 && dw.numel() == o * k,
+  expect(dout.numel() == n * o && (dw.empty() || (dw.dtype == DType::f32 && dw.numel() == o * k)),
          "linear_bwd: shapes/dtypes");
   const float* pg = as_f32(s, 0, dout);
   const float* pin = as_f32(s, 1, in);
@@ -150,9 +150,11 @@ void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Te
       copy(din, Tensor(tmp, DType::f32, {din.numel()}));
     }
   }
-  // Weight gradient accumulates straight into the f32 main grad.
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, k, n, 1.0f, pg, o, pin, k, 1.0f,
-              dw.as<float>(), k);
+  // Weight gradient accumulates straight into the f32 main grad (none for a frozen weight).
+  if (!dw.empty()) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, k, n, 1.0f, pg, o, pin, k, 1.0f,
+                dw.as<float>(), k);
+  }
   if (!dbias.empty()) {
     expect(dbias.dtype == DType::f32 && dbias.numel() == o, "linear_bwd: dbias");
     float* pdb = dbias.as<float>();

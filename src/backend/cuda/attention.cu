@@ -24,6 +24,15 @@
 // tile accumulating dQ over the key tiles up to the diagonal (recomputing P and dS). No atomics:
 // every sum has a fixed order, so the same inputs give bit-identical gradients.
 //
+// Packed sequences (positions, i32 [B*T]): query t sees only keys t - positions[t] .. t. Each
+// kernel has a PACKED instantiation (a template bool: the plain causal one compiles to the same
+// code as before): masking is elementwise against lo(t) = t - positions[t]; the forward and dQ
+// blocks start at the key tile of their rows' smallest lo, the dK/dV blocks stop at the first
+// query tile that starts its sequences past their keys, and the bf16 warps also skip the tiles
+// wholly outside their own rows' sequences. A row may then meet whole key tiles before its
+// sequence: the online softmax takes 0 as the reference while the row's max is still -inf
+// (no -inf - -inf = NaN), and the backward's P is set to exactly 0 wherever masked.
+//
 // Everything is queued on the caller's stream: no allocation, no host synchronisation.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -199,30 +208,35 @@ dim3 tile_grid(const Dims& s, int rows_per_block) {
               static_cast<unsigned>(s.h), static_cast<unsigned>(s.b));
 }
 
-template <int D>
-void launch_fwd(cudaStream_t stream, const Dims& s, Tensor out, Tensor lse, Tensor qkv) {
+// PACKED: `positions` (i32 [B*T] device memory) masks each query to its own sequence; else it
+// is nullptr.
+template <int D, bool PACKED>
+void launch_fwd(cudaStream_t stream, const Dims& s, Tensor out, Tensor lse, Tensor qkv,
+                const int32_t* positions) {
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
   if (qkv.dtype == DType::bf16) {
     constexpr int BC = streamed_rows<D>();
     constexpr size_t smem = fwd_bf16_smem<D>();
     static SmemOptIn opt_in;
-    opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_bf16<D, BC>), smem, "flash_fwd_bf16", D);
-    flash_fwd_bf16<D, BC><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem, stream>>>(
-        qkv.as<hbf16>(), out.as<hbf16>(), lse.as<float>(), s.t, s.h, scale_log2);
+    opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_bf16<D, BC, PACKED>), smem,
+                  "flash_fwd_bf16", D);
+    flash_fwd_bf16<D, BC, PACKED><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem, stream>>>(
+        qkv.as<hbf16>(), out.as<hbf16>(), lse.as<float>(), s.t, s.h, scale_log2, positions);
     check_launch("flash_fwd_bf16", D);
   } else {
     constexpr size_t smem = fwd_f32_smem<D>();
     static SmemOptIn opt_in;
-    opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_f32<D>), smem, "flash_fwd_f32", D);
-    flash_fwd_f32<D><<<tile_grid(s, kSimtRows), kSimtThreads, smem, stream>>>(
-        qkv.as<float>(), out.as<float>(), lse.as<float>(), s.t, s.h, scale_log2);
+    opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_f32<D, PACKED>), smem, "flash_fwd_f32",
+                  D);
+    flash_fwd_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem, stream>>>(
+        qkv.as<float>(), out.as<float>(), lse.as<float>(), s.t, s.h, scale_log2, positions);
     check_launch("flash_fwd_f32", D);
   }
 }
 
-template <int D>
+template <int D, bool PACKED>
 void launch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, Tensor dout,
-                Tensor qkv, Tensor out, Tensor lse) {
+                Tensor qkv, Tensor out, Tensor lse, const int32_t* positions) {
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const float scale_log2 = kLog2e * scale;
   const int64_t rows = static_cast<int64_t>(s.b) * s.t * s.h;
@@ -234,46 +248,81 @@ void launch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, T
     check_launch("attention_delta_bf16", D);
 
     constexpr int BQ = dkdv_query_rows<D>();
-    constexpr size_t smem_kv = dkdv_bf16_smem<D>();
+    constexpr size_t smem_kv = dkdv_bf16_smem<D, PACKED>();
     static SmemOptIn opt_kv;
-    opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_bf16<D, BQ>), smem_kv,
+    opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_bf16<D, BQ, PACKED>), smem_kv,
                   "flash_bwd_dkdv_bf16", D);
-    flash_bwd_dkdv_bf16<D, BQ><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_kv, stream>>>(
-        qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(), dqkv.as<hbf16>(),
-        s.t, s.h, scale, scale_log2);
+    flash_bwd_dkdv_bf16<D, BQ, PACKED>
+        <<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_kv, stream>>>(
+            qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(),
+            dqkv.as<hbf16>(), s.t, s.h, scale, scale_log2, positions);
     check_launch("flash_bwd_dkdv_bf16", D);
 
     constexpr int BS = streamed_rows<D>();
     constexpr size_t smem_q = dq_bf16_smem<D>();
     static SmemOptIn opt_q;
-    opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_bf16<D, BS>), smem_q,
+    opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_bf16<D, BS, PACKED>), smem_q,
                  "flash_bwd_dq_bf16", D);
-    flash_bwd_dq_bf16<D, BS><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_q, stream>>>(
+    flash_bwd_dq_bf16<D, BS, PACKED><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_q, stream>>>(
         qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(), dqkv.as<hbf16>(),
-        s.t, s.h, scale, scale_log2);
+        s.t, s.h, scale, scale_log2, positions);
     check_launch("flash_bwd_dq_bf16", D);
   } else {
     attention_delta<float><<<delta_blocks, kDeltaThreads, 0, stream>>>(
         dout.as<float>(), out.as<float>(), delta.as<float>(), rows, s.t, s.h, D);
     check_launch("attention_delta_f32", D);
 
-    constexpr size_t smem_kv = dkdv_f32_smem<D>();
+    constexpr size_t smem_kv = dkdv_f32_smem<D, PACKED>();
     static SmemOptIn opt_kv;
-    opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_f32<D>), smem_kv,
+    opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_f32<D, PACKED>), smem_kv,
                   "flash_bwd_dkdv_f32", D);
-    flash_bwd_dkdv_f32<D><<<tile_grid(s, kSimtRows), kSimtThreads, smem_kv, stream>>>(
+    flash_bwd_dkdv_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem_kv, stream>>>(
         qkv.as<float>(), dout.as<float>(), lse.as<float>(), delta.as<float>(), dqkv.as<float>(),
-        s.t, s.h, scale, scale_log2);
+        s.t, s.h, scale, scale_log2, positions);
     check_launch("flash_bwd_dkdv_f32", D);
 
     constexpr size_t smem_q = dq_f32_smem<D>();
     static SmemOptIn opt_q;
-    opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_f32<D>), smem_q, "flash_bwd_dq_f32",
-                 D);
-    flash_bwd_dq_f32<D><<<tile_grid(s, kSimtRows), kSimtThreads, smem_q, stream>>>(
+    opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_f32<D, PACKED>), smem_q,
+                 "flash_bwd_dq_f32", D);
+    flash_bwd_dq_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem_q, stream>>>(
         qkv.as<float>(), dout.as<float>(), lse.as<float>(), delta.as<float>(), dqkv.as<float>(),
-        s.t, s.h, scale, scale_log2);
+        s.t, s.h, scale, scale_log2, positions);
     check_launch("flash_bwd_dq_f32", D);
+  }
+}
+
+// positions: empty (plain causal) or i32 [B*T] CUDA memory; nullptr for the former.
+const int32_t* packed_positions(const char* op, const Tensor& positions, const Dims& s) {
+  if (positions.empty()) return nullptr;
+  require_cuda(op, "positions", positions);
+  require_dtype(op, "positions", positions, DType::i32);
+  if (positions.numel() != static_cast<int64_t>(s.b) * s.t) {
+    throw std::invalid_argument(op_prefix(op) + "positions must hold B*T = " +
+                                std::to_string(static_cast<int64_t>(s.b) * s.t) +
+                                " elements, got " + positions.describe());
+  }
+  require_aligned(op, "positions", positions, 4);
+  return positions.as<int32_t>();
+}
+
+template <int D>
+void dispatch_fwd(cudaStream_t stream, const Dims& s, Tensor out, Tensor lse, Tensor qkv,
+                  const int32_t* positions) {
+  if (positions != nullptr) {
+    launch_fwd<D, true>(stream, s, out, lse, qkv, positions);
+  } else {
+    launch_fwd<D, false>(stream, s, out, lse, qkv, nullptr);
+  }
+}
+
+template <int D>
+void dispatch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, Tensor dout,
+                  Tensor qkv, Tensor out, Tensor lse, const int32_t* positions) {
+  if (positions != nullptr) {
+    launch_bwd<D, true>(stream, s, dqkv, delta, dout, qkv, out, lse, positions);
+  } else {
+    launch_bwd<D, false>(stream, s, dqkv, delta, dout, qkv, out, lse, nullptr);
   }
 }
 
@@ -283,7 +332,8 @@ bool flash_attention_supports(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 144;
 }
 
-void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv) {
+void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv,
+                         Tensor positions) {
   const char* op = "flash_attention_fwd";
   require_cuda(op, "qkv", qkv);
   require_cuda(op, "out", out);
@@ -297,16 +347,17 @@ void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv
   require_aligned(op, "qkv", qkv, 16);
   require_aligned(op, "out", out, 16);
   require_aligned(op, "lse", lse, 4);
+  const int32_t* pos = packed_positions(op, positions, s);
   if (s.b == 0 || s.t == 0) return;
   switch (s.d) {
     case 64:
-      launch_fwd<64>(stream, s, out, lse, qkv);
+      dispatch_fwd<64>(stream, s, out, lse, qkv, pos);
       break;
     case 128:
-      launch_fwd<128>(stream, s, out, lse, qkv);
+      dispatch_fwd<128>(stream, s, out, lse, qkv, pos);
       break;
     case 144:
-      launch_fwd<144>(stream, s, out, lse, qkv);
+      dispatch_fwd<144>(stream, s, out, lse, qkv, pos);
       break;
     default:
       break;  // attention_dims admits only the sizes above
@@ -314,7 +365,7 @@ void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv
 }
 
 void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv,
-                         Tensor out, Tensor lse) {
+                         Tensor out, Tensor lse, Tensor positions) {
   const char* op = "flash_attention_bwd";
   require_cuda(op, "dqkv", dqkv);
   require_cuda(op, "delta", delta);
@@ -344,16 +395,17 @@ void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor 
   require_aligned(op, "out", out, 16);
   require_aligned(op, "lse", lse, 4);
   require_aligned(op, "delta", delta, 4);
+  const int32_t* pos = packed_positions(op, positions, s);
   if (s.b == 0 || s.t == 0) return;
   switch (s.d) {
     case 64:
-      launch_bwd<64>(stream, s, dqkv, delta, dout, qkv, out, lse);
+      dispatch_bwd<64>(stream, s, dqkv, delta, dout, qkv, out, lse, pos);
       break;
     case 128:
-      launch_bwd<128>(stream, s, dqkv, delta, dout, qkv, out, lse);
+      dispatch_bwd<128>(stream, s, dqkv, delta, dout, qkv, out, lse, pos);
       break;
     case 144:
-      launch_bwd<144>(stream, s, dqkv, delta, dout, qkv, out, lse);
+      dispatch_bwd<144>(stream, s, dqkv, delta, dout, qkv, out, lse, pos);
       break;
     default:
       break;

@@ -3,14 +3,43 @@
 // Part of attention.cu's translation unit (included only there, inside its anonymous
 // namespace); split out to keep each file readable.
 
+// Packed sequences in a 64-query block of 4 warps (the forward and dQ kernels): lane 4*g + tq's
+// rows row0 = q0 + 16*warp + g and row1 = row0 + 8 see keys lo0 .. row0 and lo1 .. row1; the
+// warp's rows start their sequences at warp_lo at the earliest and warp_hi at the latest; the
+// block's first key tile with a visible key is j_first. All 0 (plain causal) unless PACKED.
+struct PackedRows {
+  int lo0, lo1, warp_lo, warp_hi, j_first;
+};
+
+template <bool PACKED, int BC>
+__device__ __forceinline__ PackedRows packed_rows(const int32_t* __restrict__ positions, int b,
+                                                  int T, int q0, int warp, int g) {
+  if constexpr (!PACKED) {
+    return {0, 0, 0, 0, 0};
+  } else {
+    const int32_t* pos_b = positions + static_cast<int64_t>(b) * T;
+    const int row0 = q0 + warp * 16 + g;
+    PackedRows r;
+    r.lo0 = first_visible_key(pos_b, row0, T);
+    r.lo1 = first_visible_key(pos_b, row0 + 8, T);
+    r.warp_lo = warp_min(min(r.lo0, r.lo1));
+    r.warp_hi = warp_max(max(r.lo0, r.lo1));
+    __shared__ int slots[kWarps];
+    r.j_first = block_min_of_warps<kWarps>(r.warp_lo, slots) / BC;
+    return r;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // bf16 forward: block = (64 queries, head, batch); key tiles of BC from 0 to the diagonal.
+// PACKED: positions (i32 [B*T]) mask each query to its own sequence (keys lo(t) .. t) and the
+// block starts at the key tile of its smallest lo; otherwise positions is unused (nullptr).
 // ---------------------------------------------------------------------------------------------
 
-template <int D, int BC>
+template <int D, int BC, bool PACKED>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_fwd_bf16(const hbf16* __restrict__ qkv, hbf16* __restrict__ out, float* __restrict__ lse,
-                   int T, int H, float scale_log2) {
+                   int T, int H, float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTC = BC / 8, KSC = BC / 16;
   static_assert(D % 16 == 0 && BC % 16 == 0, "tiles are whole mma steps");
@@ -29,8 +58,11 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   const int n_tiles = (min(T, q0 + BR) + BC - 1) / BC;
   load_rows_async<BR, D, LD, kMmaThreads>(sQ, q_src, ld, q0, T);
-  load_rows_async<BC, D, LD, kMmaThreads>(sK, k_src, ld, 0, T);
-  load_rows_async<BC, D, LD, kMmaThreads>(sV, v_src, ld, 0, T);
+  const PackedRows pk = packed_rows<PACKED, BC>(positions, b, T, q0, warp, g);
+  const int lo0 = pk.lo0, lo1 = pk.lo1, warp_lo = pk.warp_lo, warp_hi = pk.warp_hi;
+  const int j_first = pk.j_first;
+  load_rows_async<BC, D, LD, kMmaThreads>(sK, k_src, ld, j_first * BC, T);
+  load_rows_async<BC, D, LD, kMmaThreads>(sV, v_src, ld, j_first * BC, T);
   cp_async_commit();
 
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
@@ -46,23 +78,27 @@ __global__ void __launch_bounds__(kMmaThreads)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   uint32_t qf[KSD][4];
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     cp_async_wait_all();
     __syncthreads();  // tile j is in; every warp is done with tile j-1's buffer
     if (j + 1 < n_tiles) {
-      const int nb = (j + 1) & 1;
+      const int nb = PACKED ? (j + 1 - j_first) & 1 : (j + 1) & 1;  // tile j+1's buffer
       load_rows_async<BC, D, LD, kMmaThreads>(sK + nb * BC * LD, k_src, ld, (j + 1) * BC, T);
       load_rows_async<BC, D, LD, kMmaThreads>(sV + nb * BC * LD, v_src, ld, (j + 1) * BC, T);
       cp_async_commit();
     }
-    if (j == 0) {
+    if (j == j_first) {
 #pragma unroll
       for (int kd = 0; kd < KSD; ++kd) ldsm_x4(qf[kd], uQ + el<LD>(0, kd * 16));
     }
     const int k0 = j * BC;
     if (k0 > warp_last) continue;  // the whole tile lies above this warp's diagonal
-    const uint32_t cK = uK + (j & 1) * el<LD>(BC, 0);
-    const uint32_t cV = uV + (j & 1) * el<LD>(BC, 0);
+    if constexpr (PACKED) {
+      if (k0 + BC - 1 < warp_lo) continue;  // ... or before every sequence of this warp's rows
+    }
+    const int jb = PACKED ? (j - j_first) & 1 : j & 1;  // tile j's buffer
+    const uint32_t cK = uK + jb * el<LD>(BC, 0);
+    const uint32_t cV = uV + jb * el<LD>(BC, 0);
 
     float s[NTC][4];
 #pragma unroll
@@ -78,9 +114,12 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
 
-    // Online softmax in the log2 domain. Tile 0 holds key 0, visible to every row, so the
-    // running max is finite from the first tile on and no -inf - -inf arises.
-    const bool masked = k0 + BC - 1 > warp_first;
+    // Online softmax in the log2 domain. Causal: tile 0 holds key 0, visible to every row, so
+    // the running max is finite from the first tile on and no -inf - -inf arises. Packed: a row
+    // may meet whole tiles before its sequence starts, its max still -inf; 0 then stands in as
+    // the reference (exp2(-inf - 0) = 0 where -inf - -inf would be NaN) until its first visible
+    // key (it has one: its own) makes the max finite.
+    const bool masked = k0 + BC - 1 > warp_first || (PACKED && k0 < warp_hi);
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt) {
@@ -89,22 +128,30 @@ __global__ void __launch_bounds__(kMmaThreads)
         float v = s[nt][e] * scale_log2;
         const int key = k0 + nt * 8 + 2 * tq + (e & 1);
         if (masked && key > (e < 2 ? row0 : row1)) v = -INFINITY;
+        if constexpr (PACKED) {
+          if (masked && key < (e < 2 ? lo0 : lo1)) v = -INFINITY;
+        }
         s[nt][e] = v;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
     const float mn0 = fmaxf(m0, quad_max(mx0)), mn1 = fmaxf(m1, quad_max(mx1));
-    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    float ref0 = mn0, ref1 = mn1;
+    if constexpr (PACKED) {
+      ref0 = mn0 == -INFINITY ? 0.f : mn0;
+      ref1 = mn1 == -INFINITY ? 0.f : mn1;
+    }
+    const float alpha0 = exp2f(m0 - ref0), alpha1 = exp2f(m1 - ref1);
     m0 = mn0;
     m1 = mn1;
     float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mn0);
-      s[nt][1] = exp2f(s[nt][1] - mn0);
-      s[nt][2] = exp2f(s[nt][2] - mn1);
-      s[nt][3] = exp2f(s[nt][3] - mn1);
+      s[nt][0] = exp2f(s[nt][0] - ref0);
+      s[nt][1] = exp2f(s[nt][1] - ref0);
+      s[nt][2] = exp2f(s[nt][2] - ref1);
+      s[nt][3] = exp2f(s[nt][3] - ref1);
       rs0 += s[nt][0] + s[nt][1];
       rs1 += s[nt][2] + s[nt][3];
     }
@@ -154,13 +201,17 @@ __global__ void __launch_bounds__(kMmaThreads)
 // ---------------------------------------------------------------------------------------------
 // bf16 backward, dK and dV: block = (64 keys, head, batch); query tiles of BR from the diagonal
 // to T. Each warp owns 16 keys and works on transposed scores S^T = K Q^T.
+// PACKED: the query tiles' positions stream in with their lse and delta; the block stops at the
+// first query tile whose sequences all start past its last key (lo is non-decreasing along a
+// row: positions count up from 0 in each sequence, the sequences one after another).
 // ---------------------------------------------------------------------------------------------
 
-template <int D, int BR>
+template <int D, int BR, bool PACKED>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_bwd_dkdv_bf16(const hbf16* __restrict__ qkv, const hbf16* __restrict__ dout,
                         const float* __restrict__ lse, const float* __restrict__ delta,
-                        hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2) {
+                        hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
+                        const int32_t* __restrict__ positions) {
   constexpr int BC = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTR = BR / 8, KSR = BR / 16;
   static_assert(D % 16 == 0 && BR % 16 == 0 && BC % BR == 0, "tiles are whole mma steps");
@@ -171,6 +222,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   hbf16* sdO = sQ + 2 * BR * LD;                            // [2][BR][LD]
   float* sL = reinterpret_cast<float*>(sdO + 2 * BR * LD);  // [2][BR] lse
   float* sDl = sL + 2 * BR;                                 // [2][BR] delta
+  int32_t* sPos = reinterpret_cast<int32_t*>(sDl + 2 * BR); // [2][BR] positions (packed only)
 
   const int k0 = blockIdx.x * BC;  // key tile 0 sees every query: the longest first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -182,6 +234,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const hbf16* do_src = dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D;
   const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
   const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
+  const int32_t* pos_b = nullptr;
+  if constexpr (PACKED) pos_b = positions + static_cast<int64_t>(b) * T;
 
   load_rows_async<BC, D, LD, kMmaThreads>(sK, q_src + D, ld, k0, T);
   load_rows_async<BC, D, LD, kMmaThreads>(sV, q_src + 2 * D, ld, k0, T);
@@ -194,9 +248,11 @@ __global__ void __launch_bounds__(kMmaThreads)
       if (q0 + r < T) {
         cp_async4(sL + buf * BR + r, lse_bh + q0 + r);
         cp_async4(sDl + buf * BR + r, delta_bh + q0 + r);
+        if constexpr (PACKED) cp_async4(sPos + buf * BR + r, pos_b + q0 + r);
       } else {
         sL[buf * BR + r] = 0.f;
         sDl[buf * BR + r] = 0.f;
+        if constexpr (PACKED) sPos[buf * BR + r] = q0 + r - (T - 1);  // lo = T - 1 (padding)
       }
     }
   };
@@ -220,11 +276,23 @@ __global__ void __launch_bounds__(kMmaThreads)
     dv[nd][0] = dv[nd][1] = dv[nd][2] = dv[nd][3] = 0.f;
   }
 
-  for (int i = i_first; i < n_qt; ++i) {
+  // Packed: the loop ends before the first query tile (past i_first, which holds query k0)
+  // whose first query starts its sequence past the block's last key; next_live says whether
+  // tile i + 1 is before that end, read one tile ahead so its latency hides behind a tile.
+  const int k_last = k0 + BC - 1;
+  int i_end = n_qt;
+  bool next_live = true;
+  if constexpr (PACKED) next_live = first_visible_key(pos_b, (i_first + 1) * BR, T) <= k_last;
+
+  for (int i = i_first; i < i_end; ++i) {
     const int buf = (i - i_first) & 1;
     cp_async_wait_all();
     __syncthreads();  // tile i is in; every warp is done with tile i-1's buffer
-    if (i + 1 < n_qt) {
+    if constexpr (PACKED) {
+      if (!next_live) i_end = i + 1;  // block-uniform
+      next_live = first_visible_key(pos_b, (i + 2) * BR, T) <= k_last;
+    }
+    if (i + 1 < i_end) {
       load_query_tile(i + 1, buf ^ 1);
       cp_async_commit();
     }
@@ -233,6 +301,23 @@ __global__ void __launch_bounds__(kMmaThreads)
     const uint32_t cQ = uQ + buf * el<LD>(BR, 0), cdO = udO + buf * el<LD>(BR, 0);
     const float* cL = sL + buf * BR;
     const float* cDl = sDl + buf * BR;
+    const int32_t* cPos = sPos + buf * BR;
+    // Packed: the tile's queries start their sequences at q_lo at the earliest, q_hi at the
+    // latest (padding counts as T - 1).
+    int q_lo = 0, q_hi = 0;
+    if constexpr (PACKED) {
+      q_lo = T;
+      q_hi = 0;
+#pragma unroll
+      for (int r = lane; r < BR; r += 32) {
+        const int lo = visible_from(q0 + r, cPos[r]);
+        q_lo = min(q_lo, lo);
+        q_hi = max(q_hi, lo);
+      }
+      q_lo = warp_min(q_lo);
+      q_hi = warp_max(q_hi);
+      if (q_lo > warp_first + 15) continue;  // every query's sequence starts past this warp's keys
+    }
 
     // S^T = K Q^T (16 keys x BR queries per warp), then P^T = exp(S^T * scale - lse[query]),
     // zero where query < key or query >= T.
@@ -251,7 +336,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         mma_bf16(s[2 * np + 1], ka, qb[2], qb[3]);
       }
     }
-    const bool masked = q0 < warp_first + 15 || q0 + BR > T;
+    const bool masked = q0 < warp_first + 15 || q0 + BR > T || (PACKED && q_hi > warp_first);
 #pragma unroll
     for (int nt = 0; nt < NTR; ++nt) {
 #pragma unroll
@@ -260,6 +345,10 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int query = q0 + qc;
         float p = exp2f(fmaf(s[nt][e], scale_log2, -cL[qc] * kLog2e));
         if (masked && (query < (e < 2 ? key0 : key1) || query >= T)) p = 0.f;
+        if constexpr (PACKED) {
+          // The key precedes the query's sequence.
+          if (masked && (e < 2 ? key0 : key1) < visible_from(query, cPos[qc])) p = 0.f;
+        }
         s[nt][e] = p;
       }
     }
@@ -332,13 +421,15 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // ---------------------------------------------------------------------------------------------
 // bf16 backward, dQ: block = (64 queries, head, batch); key tiles of BC up to the diagonal.
+// PACKED: masked as the forward, from the key tile of the block's smallest lo.
 // ---------------------------------------------------------------------------------------------
 
-template <int D, int BC>
+template <int D, int BC, bool PACKED>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_bwd_dq_bf16(const hbf16* __restrict__ qkv, const hbf16* __restrict__ dout,
                       const float* __restrict__ lse, const float* __restrict__ delta,
-                      hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2) {
+                      hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
+                      const int32_t* __restrict__ positions) {
   constexpr int BR = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTC = BC / 8, KSC = BC / 16;
   static_assert(D % 16 == 0 && BC % 16 == 0, "tiles are whole mma steps");
@@ -364,8 +455,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   load_rows_async<BR, D, LD, kMmaThreads>(sQ, q_src, ld, q0, T);
   load_rows_async<BR, D, LD, kMmaThreads>(
       sdO, dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D, ldo, q0, T);
-  load_rows_async<BC, D, LD, kMmaThreads>(sK, k_src, ld, 0, T);
-  load_rows_async<BC, D, LD, kMmaThreads>(sV, v_src, ld, 0, T);
+  const PackedRows pk = packed_rows<PACKED, BC>(positions, b, T, q0, warp, g);
+  const int lo0 = pk.lo0, lo1 = pk.lo1, warp_lo = pk.warp_lo, warp_hi = pk.warp_hi;
+  const int j_first = pk.j_first;
+  load_rows_async<BC, D, LD, kMmaThreads>(sK, k_src, ld, j_first * BC, T);
+  load_rows_async<BC, D, LD, kMmaThreads>(sV, v_src, ld, j_first * BC, T);
   cp_async_commit();
 
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
@@ -383,18 +477,22 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int nd = 0; nd < NTD; ++nd) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.f;
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     cp_async_wait_all();
     __syncthreads();
     if (j + 1 < n_tiles) {
-      const int nb = (j + 1) & 1;
+      const int nb = PACKED ? (j + 1 - j_first) & 1 : (j + 1) & 1;  // tile j+1's buffer
       load_rows_async<BC, D, LD, kMmaThreads>(sK + nb * BC * LD, k_src, ld, (j + 1) * BC, T);
       load_rows_async<BC, D, LD, kMmaThreads>(sV + nb * BC * LD, v_src, ld, (j + 1) * BC, T);
       cp_async_commit();
     }
     const int k0 = j * BC;
     if (k0 > warp_last) continue;
-    const uint32_t cK = uK + (j & 1) * el<LD>(BC, 0), cV = uV + (j & 1) * el<LD>(BC, 0);
+    if constexpr (PACKED) {
+      if (k0 + BC - 1 < warp_lo) continue;  // the tile precedes every sequence of this warp
+    }
+    const int jb = PACKED ? (j - j_first) & 1 : j & 1;  // tile j's buffer
+    const uint32_t cK = uK + jb * el<LD>(BC, 0), cV = uV + jb * el<LD>(BC, 0);
 
     // S = Q K^T and dP = dO V^T (16 queries x BC keys per warp).
     float s[NTC][4], dp[NTC][4];
@@ -420,8 +518,9 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     }
 
-    // dS = P * (dP - delta), P = exp(S * scale - lse), zero above the diagonal and past T.
-    const bool masked = k0 + BC - 1 > warp_first || warp_last >= T;
+    // dS = P * (dP - delta), P = exp(S * scale - lse), zero above the diagonal and past T
+    // (and, packed, before the row's sequence).
+    const bool masked = k0 + BC - 1 > warp_first || warp_last >= T || (PACKED && k0 < warp_hi);
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt) {
 #pragma unroll
@@ -430,6 +529,9 @@ __global__ void __launch_bounds__(kMmaThreads)
         const int row = e < 2 ? row0 : row1;
         float p = exp2f(fmaf(s[nt][e], scale_log2, -(e < 2 ? lq0 : lq1)));
         if (masked && (key > row || row >= T)) p = 0.f;
+        if constexpr (PACKED) {
+          if (masked && key < (e < 2 ? lo0 : lo1)) p = 0.f;
+        }
         s[nt][e] = p * (dp[nt][e] - (e < 2 ? dl0 : dl1));
       }
     }

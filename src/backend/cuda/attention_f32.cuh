@@ -21,10 +21,12 @@ constexpr size_t fwd_f32_smem() {
   return sizeof(float) * (static_cast<size_t>(kSimtRows + kSimtStream) * (D + 1) +
                           static_cast<size_t>(kSimtStream) * D + kSimtRows * kSimtLdp);
 }
-template <int D>
+// Packed sequences add the query tile's lo (int32, the size of a float).
+template <int D, bool PACKED>
 constexpr size_t dkdv_f32_smem() {
   return sizeof(float) * (static_cast<size_t>(2 * kSimtRows + 2 * kSimtStream) * (D + 1) +
-                          2 * kSimtRows * kSimtLdp + 2 * kSimtStream);
+                          2 * kSimtRows * kSimtLdp + 2 * kSimtStream +
+                          (PACKED ? kSimtStream : 0));
 }
 template <int D>
 constexpr size_t dq_f32_smem() {
@@ -55,10 +57,29 @@ __device__ __forceinline__ void load_rows_f32(float* dst, const float* src, int6
   }
 }
 
-template <int D>
+// PACKED: positions (i32 [B*T]) mask each query to its own sequence (lo(t) .. t); otherwise
+// positions is unused (nullptr) and the mask is plain causal.
+// Packed: a thread's NI rows (row0 + 16 i) each see keys lo[i] .. row; returns the key tile
+// holding the smallest lo of the block's rows (the tiles before it are masked for every row).
+// Every thread of the block calls it (a block-wide minimum).
+template <int NI, int BC>
+__device__ __forceinline__ int packed_rows_first_tile(const int32_t* __restrict__ positions, int b,
+                                                      int row0, int T, int (&lo)[NI]) {
+  const int32_t* pos_b = positions + static_cast<int64_t>(b) * T;
+  int mn = T;
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    lo[i] = first_visible_key(pos_b, row0 + 16 * i, T);
+    mn = min(mn, lo[i]);
+  }
+  __shared__ int slots[kSimtThreads / 32];
+  return block_min_of_warps<kSimtThreads / 32>(warp_min(mn), slots) / BC;
+}
+
+template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_fwd_f32(const float* __restrict__ qkv, float* __restrict__ out, float* __restrict__ lse,
-                  int T, int H, float scale_log2) {
+                  int T, int H, float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kSimtRows, BC = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BR / 16, NJ = BC / 16, ND = D / 16;
   float* sQ = reinterpret_cast<float*>(dynamic_smem());  // [BR][LDA]
@@ -73,6 +94,12 @@ __global__ void __launch_bounds__(kSimtThreads)
   const float* q_src = qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
   load_rows_f32<BR, D, LDA>(sQ, q_src, ld, q0, T);
 
+  // Packed: row ty + 16*i sees keys lo[i] .. row; the block starts at the key tile holding the
+  // smallest lo of its rows (the tiles before it are masked for every row).
+  int lo[NI] = {};
+  int j_first = 0;
+  if constexpr (PACKED) j_first = packed_rows_first_tile<NI, BC>(positions, b, q0 + ty, T, lo);
+
   float o[NI][ND], m[NI], l[NI];
 #pragma unroll
   for (int i = 0; i < NI; ++i) {
@@ -83,7 +110,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 
   const int n_tiles = (min(T, q0 + BR) + BC - 1) / BC;
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     const int k0 = j * BC;
     __syncthreads();  // the previous tile's K, V and P are no longer read
     load_rows_f32<BC, D, LDA>(sK, q_src + D, ld, k0, T);
@@ -110,8 +137,10 @@ __global__ void __launch_bounds__(kSimtThreads)
       }
     }
 
-    // Online softmax (log2 domain). Key 0 (tile 0) is visible to every row: the max is finite
-    // from the first tile on.
+    // Online softmax (log2 domain). Causal: key 0 (tile 0) is visible to every row, so the max
+    // is finite from the first tile on. Packed: a row may meet whole tiles before its sequence
+    // starts, its max still -inf; 0 then stands in as the reference (exp2(-inf - 0) = 0, where
+    // -inf - -inf would be NaN), and its first visible key makes it finite.
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const int row = q0 + ty + 16 * i;
@@ -119,17 +148,23 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
       for (int jj = 0; jj < NJ; ++jj) {
         float v = s[i][jj] * scale_log2;
-        if (k0 + tx + 16 * jj > row) v = -INFINITY;
+        const int key = k0 + tx + 16 * jj;
+        if (key > row) v = -INFINITY;
+        if constexpr (PACKED) {
+          if (key < lo[i]) v = -INFINITY;
+        }
         s[i][jj] = v;
         mx = fmaxf(mx, v);
       }
       const float mn = fmaxf(m[i], half_warp_max(mx));
-      const float alpha = exp2f(m[i] - mn);
+      float ref = mn;
+      if constexpr (PACKED) ref = mn == -INFINITY ? 0.f : mn;
+      const float alpha = exp2f(m[i] - ref);
       m[i] = mn;
       float rs = 0.f;
 #pragma unroll
       for (int jj = 0; jj < NJ; ++jj) {
-        const float p = exp2f(s[i][jj] - mn);
+        const float p = exp2f(s[i][jj] - ref);
         rs += p;
         sP[(ty + 16 * i) * LDP + tx + 16 * jj] = p;
       }
@@ -170,11 +205,12 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-template <int D>
+template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dkdv_f32(const float* __restrict__ qkv, const float* __restrict__ dout,
                        const float* __restrict__ lse, const float* __restrict__ delta,
-                       float* __restrict__ dqkv, int T, int H, float scale, float scale_log2) {
+                       float* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
+                       const int32_t* __restrict__ positions) {
   constexpr int BC = kSimtRows, BR = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BC / 16, NJ = BR / 16, ND = D / 16;
   static_assert(BC % BR == 0, "query tiles start on key-tile boundaries");
@@ -186,6 +222,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* sS = sP + BC * LDP;                             // [BC][LDP]  dS^T
   float* sL = sS + BC * LDP;                             // [BR] lse * log2(e)
   float* sDl = sL + BR;                                  // [BR] delta
+  int* sLo = reinterpret_cast<int*>(sDl + BR);           // [BR] lo (packed only)
 
   const int k0 = blockIdx.x * BC;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -208,9 +245,17 @@ __global__ void __launch_bounds__(kSimtThreads)
     for (int c = 0; c < ND; ++c) dk[i][c] = dv[i][c] = 0.f;
   }
 
+  const int32_t* pos_b = nullptr;
+  if constexpr (PACKED) pos_b = positions + static_cast<int64_t>(b) * T;
   const int n_qt = (T + BR - 1) / BR;
   for (int it = k0 / BR; it < n_qt; ++it) {
     const int q0 = it * BR;
+    if constexpr (PACKED) {
+      // lo is non-decreasing along a row (positions count up from 0 in each sequence, the
+      // sequences one after another): once a query tile's first query starts its sequence past
+      // the block's last key, no query from there on sees any of its keys. Block-uniform.
+      if (first_visible_key(pos_b, q0, T) > k0 + BC - 1) break;
+    }
     __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
     load_rows_f32<BR, D, LDA>(sQ, q_src, ld, q0, T);
     load_rows_f32<BR, D, LDA>(sdO, do_src, ldo, q0, T);
@@ -218,6 +263,7 @@ __global__ void __launch_bounds__(kSimtThreads)
       const int t = q0 + threadIdx.x;
       sL[threadIdx.x] = t < T ? lse_bh[t] * kLog2e : 0.f;
       sDl[threadIdx.x] = t < T ? delta_bh[t] : 0.f;
+      if constexpr (PACKED) sLo[threadIdx.x] = first_visible_key(pos_b, t, T);
     }
     __syncthreads();
 
@@ -258,6 +304,9 @@ __global__ void __launch_bounds__(kSimtThreads)
         const int query = q0 + qc;
         float p = exp2f(fmaf(s[i][jj], scale_log2, -sL[qc]));
         if (query < key || query >= T) p = 0.f;
+        if constexpr (PACKED) {
+          if (key < sLo[qc]) p = 0.f;  // the key precedes the query's sequence
+        }
         sP[(ty + 16 * i) * LDP + qc] = p;
         sS[(ty + 16 * i) * LDP + qc] = p * (dp[i][jj] - sDl[qc]);
       }
@@ -299,11 +348,12 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-template <int D>
+template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dq_f32(const float* __restrict__ qkv, const float* __restrict__ dout,
                      const float* __restrict__ lse, const float* __restrict__ delta,
-                     float* __restrict__ dqkv, int T, int H, float scale, float scale_log2) {
+                     float* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
+                     const int32_t* __restrict__ positions) {
   constexpr int BR = kSimtRows, BC = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BR / 16, NJ = BC / 16, ND = D / 16;
   float* sQ = reinterpret_cast<float*>(dynamic_smem());  // [BR][LDA]
@@ -336,8 +386,13 @@ __global__ void __launch_bounds__(kSimtThreads)
     for (int c = 0; c < ND; ++c) dq[i][c] = 0.f;
   }
 
+  // Packed: as in the forward, row ty + 16*i sees keys lo[i] .. row, from key tile j_first on.
+  int lo[NI] = {};
+  int j_first = 0;
+  if constexpr (PACKED) j_first = packed_rows_first_tile<NI, BC>(positions, b, q0 + ty, T, lo);
+
   const int n_tiles = (min(T, q0 + BR) + BC - 1) / BC;
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     const int k0 = j * BC;
     __syncthreads();  // the previous tile's K, V, dS are no longer read
     load_rows_f32<BC, D, LDA>(sK, q_src + D, ld, k0, T);
@@ -380,6 +435,9 @@ __global__ void __launch_bounds__(kSimtThreads)
         const int key = k0 + tx + 16 * jj;
         float p = exp2f(fmaf(s[i][jj], scale_log2, -lq[i]));
         if (key > row || row >= T) p = 0.f;
+        if constexpr (PACKED) {
+          if (key < lo[i]) p = 0.f;  // the key precedes the row's sequence
+        }
         sS[(ty + 16 * i) * LDP + tx + 16 * jj] = p * (dp[i][jj] - dl[i]);
       }
     }

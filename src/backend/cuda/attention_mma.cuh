@@ -167,6 +167,47 @@ __device__ __forceinline__ float half_warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ int warp_min(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The minimum over a block of WARPS warps of each warp's (warp-uniform) `v`, through one shared
+// slot per warp; every thread of the block must call it (it holds a __syncthreads).
+template <int WARPS>
+__device__ __forceinline__ int block_min_of_warps(int v, int* slots) {
+  if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int r = slots[0];
+#pragma unroll
+  for (int w = 1; w < WARPS; ++w) r = min(r, slots[w]);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packed sequences (positions, backend.h): query t sees keys lo(t) .. t, lo(t) = t - position[t].
+// lo is clamped to [0, t], so every query keeps at least its own key whatever the positions.
+// Tile padding (rows at or past T) gets lo = T - 1: such a row then sees key T - 1 (a real,
+// loaded key), so no row of any tile is left with nothing to attend to, and a padding row never
+// lowers a tile's smallest lo.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ int visible_from(int t, int position) {
+  return min(max(t - position, 0), t);
+}
+
+// lo(t) from the batch row's positions (pos_b = positions + b * T).
+__device__ __forceinline__ int first_visible_key(const int32_t* __restrict__ pos_b, int t, int T) {
+  return t < T ? visible_from(t, __ldg(pos_b + t)) : T - 1;
+}
+
 // ---------------------------------------------------------------------------------------------
 // bf16 tile shapes (tensor cores)
 // ---------------------------------------------------------------------------------------------
@@ -194,11 +235,13 @@ template <int D>
 constexpr size_t fwd_bf16_smem() {
   return static_cast<size_t>(kRowsPerBlock + 4 * streamed_rows<D>()) * (D + 8) * sizeof(hbf16);
 }
-template <int D>
+// Packed sequences add the query tiles' positions (two buffers of int32).
+template <int D, bool PACKED>
 constexpr size_t dkdv_bf16_smem() {
   return static_cast<size_t>(2 * kRowsPerBlock + 4 * dkdv_query_rows<D>()) * (D + 8) *
              sizeof(hbf16) +
-         4 * dkdv_query_rows<D>() * sizeof(float);
+         4 * dkdv_query_rows<D>() * sizeof(float) +
+         (PACKED ? 2 * dkdv_query_rows<D>() * sizeof(int32_t) : 0);
 }
 template <int D>
 constexpr size_t dq_bf16_smem() {

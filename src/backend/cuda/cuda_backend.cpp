@@ -164,10 +164,13 @@ class CudaBackend final : public Backend {
         cuda::token_embedding_bwd_scratch_ints(tokens.numel(), dwte.dim(0)) * sizeof(int), s()));
     cuda::token_embedding_bwd(s(), dwte, dout, tokens, vocab_start, scratch);
   }
-  void position_embedding_fwd(Tensor out, Tensor wpe) override {
-    cuda::position_embedding_fwd(s(), out, wpe);
+  void position_embedding_fwd(Tensor out, Tensor wpe, Tensor positions = {}) override {
+    cuda::position_embedding_fwd(s(), out, wpe, positions);
   }
-  void position_embedding_bwd(Tensor dwpe, Tensor dout) override {
+  void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions = {}) override {
+    // Packed sequences scatter by position: the token embedding's sorted, deterministic
+    // scatter with positions as the rows.
+    if (!positions.empty()) return token_embedding_bwd(dwpe, dout, positions, 0);
     cuda::position_embedding_bwd(s(), dwpe, dout);
   }
   void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b,
@@ -192,18 +195,20 @@ class CudaBackend final : public Backend {
   }
   // Flash attention keeps one log-sum-exp per row, not the T x T probabilities.
   int64_t attention_stats_cols(int64_t) const override { return 1; }
-  void attention_fwd(Tensor out, Tensor lse, Tensor qkv) override {
-    cuda::flash_attention_fwd(s(), out, lse, qkv);
+  void attention_fwd(Tensor out, Tensor lse, Tensor qkv, Tensor positions = {}) override {
+    cuda::flash_attention_fwd(s(), out, lse, qkv, positions);
   }
   void attention_bwd(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out,
-                     Tensor lse) override {
-    cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse);
+                     Tensor lse, Tensor positions = {}) override {
+    cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse, positions);
   }
   void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
                           Tensor rows) override {
     cuda::attention_kv_cache(s(), out, qkv, k_cache, v_cache, rows);
   }
+  void gelu_fwd(Tensor out, Tensor in) override { cuda::gelu_fwd(s(), out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }
+  void scale(Tensor t, float factor) override { cuda::scale(s(), t, factor); }
   void add(Tensor out, Tensor a, Tensor b) override { cuda::add(s(), out, a, b); }
 
   void ce_local_max(Tensor max, Tensor logits) override { cuda::ce_local_max(s(), max, logits); }
@@ -214,8 +219,9 @@ class CudaBackend final : public Backend {
                        int64_t vocab_start) override {
     cuda::ce_target_logit(s(), target_logit, logits, targets, vocab_start);
   }
-  void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) override {
-    cuda::ce_loss(s(), losses, max, sumexp, target_logit);
+  void ce_loss(Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit,
+               Tensor targets = {}) override {
+    cuda::ce_loss(s(), losses, max, sumexp, target_logit, targets);
   }
   void ce_bwd(Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp, Tensor targets,
               int64_t vocab_start, float scale) override {

@@ -42,6 +42,10 @@ struct Constant {
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
+struct Scale {
+  float factor;
+  __device__ float operator()(float v) const { return v * factor; }
+};
 // tanh-approximation GELU, the CPU reference's formula.
 struct GeluFwd {
   __device__ float operator()(float v) const {
@@ -297,6 +301,13 @@ void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in) {
     using T = typename decltype(tag)::type;
     launch_map2(stream, "gelu_bwd", din.as<T>(), dout.as<T>(), in.as<T>(), in.numel(),
                 GeluBwd{});
+  });
+}
+
+void scale(cudaStream_t stream, Tensor t, float factor) {
+  dispatch_float("scale", t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_map1(stream, "scale", t.as<T>(), t.as<T>(), t.numel(), Scale{factor});
   });
 }
 

@@ -124,13 +124,14 @@ __global__ void token_embedding_bwd_kernel(float* __restrict__ dwte, const T* __
 
 template <class T, int V>
 __global__ void position_embedding_fwd_kernel(T* __restrict__ out, const T* __restrict__ wpe,
+                                              const int32_t* __restrict__ positions,
                                               int64_t b, int64_t t, int64_t c) {
   const int64_t nvec = c / V;
   const int64_t total = b * t * nvec;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t bt = i / nvec, v = i - bt * nvec;
-    const int64_t ti = bt % t;
+    const int64_t ti = positions ? positions[bt] : bt % t;
     T* dst = out + bt * c + v * V;
     float o[V], w[V];
     load_n<V>(dst, o);
@@ -280,13 +281,16 @@ void token_embedding_bwd(cudaStream_t stream, Tensor dwte, Tensor dout, Tensor t
   JUMBO_CUDA_CHECK_LAST("token_embedding_bwd_kernel");
 }
 
-void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe) {
+void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe, Tensor positions) {
   const char* op = "position_embedding_fwd";
   require_cuda(op, {&out, &wpe});
   require(is_float(out.dtype) && out.dtype == wpe.dtype, op, "out and wpe must share dtype f32 or bf16");
   require(out.ndim == 3 && wpe.ndim == 2, op, "out must be [B, T, C], wpe [rows, C]");
   const int64_t b = out.dim(0), t = out.dim(1), c = out.dim(2);
-  require(c == wpe.dim(1) && t <= wpe.dim(0), op, "wpe must be [>= T, C]");
+  require(c == wpe.dim(1) && (positions.empty() ? t <= wpe.dim(0) : true), op, "wpe must be [>= T, C]");
+  require(positions.empty() || (positions.dtype == DType::i32 && positions.numel() == b * t &&
+                                positions.device == Device::cuda),
+          op, "positions must be empty or i32 [B*T] on the GPU");
   if (b * t * c == 0) return;
   const bool aligned = aligned16(out.data) && aligned16(wpe.data);
   dispatch(out.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
@@ -296,7 +300,8 @@ void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe) {
              const int64_t work = b * t * (c / V);
              position_embedding_fwd_kernel<T, V>
                  <<<static_cast<unsigned>(blocks_for(work, kThreads)), kThreads, 0, stream>>>(
-                     static_cast<T*>(out.data), static_cast<const T*>(wpe.data), b, t, c);
+                     static_cast<T*>(out.data), static_cast<const T*>(wpe.data),
+                     positions.empty() ? nullptr : positions.as<int32_t>(), b, t, c);
            });
   JUMBO_CUDA_CHECK_LAST("position_embedding_fwd_kernel");
 }

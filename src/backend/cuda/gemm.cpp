@@ -420,8 +420,10 @@ void Gemm::linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor db
   expect_dtype(what, "weight", weight, t);
   expect_dtype(what, "dout", dout, t);
   expect_numel(what, "dout", dout, sh.n * sh.o);
-  expect_dtype(what, "dweight (main grad)", dweight, DType::f32);
-  expect_numel(what, "dweight", dweight, sh.o * sh.i);
+  if (!dweight.empty()) {  // empty: a frozen weight (LoRA's base)
+    expect_dtype(what, "dweight (main grad)", dweight, DType::f32);
+    expect_numel(what, "dweight", dweight, sh.o * sh.i);
+  }
   if (!din.empty()) {
     expect_dtype(what, "din", din, t);
     expect_numel(what, "din", din, sh.n * sh.i);
@@ -455,7 +457,7 @@ void Gemm::linear_bwd(cudaStream_t stream, Tensor din, Tensor dweight, Tensor db
     s.beta = 0.0f;
     run_matmul(handle_, cache, s, workspace_, workspace_bytes_, stream, false);
   }
-  {
+  if (!dweight.empty()) {
     MatmulSpec s{};
     s.op = GemmOp::dweight;
     s.ab = t;

@@ -23,6 +23,7 @@ void convert_copy(cudaStream_t stream, Tensor dst, Tensor src);
 void gelu_fwd(cudaStream_t stream, Tensor out, Tensor in);
 void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in);
 void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
+void scale(cudaStream_t stream, Tensor t, float factor);  // in place
 void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
 
 // ---- embedding.cu ----
@@ -36,7 +37,8 @@ void token_embedding_bwd(cudaStream_t stream, Tensor dwte, Tensor dout, Tensor t
                          int64_t vocab_start, int* scratch);
 // Host-only size query (needs the current CUDA device: CUB's sizes depend on it).
 size_t token_embedding_bwd_scratch_ints(int64_t n_tokens, int64_t rows);
-void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe);
+// positions (i32 [B*T]) may be empty: position t of each row.
+void position_embedding_fwd(cudaStream_t stream, Tensor out, Tensor wpe, Tensor positions);
 void position_embedding_bwd(cudaStream_t stream, Tensor dwpe, Tensor dout);
 
 // ---- layernorm.cu (one warp or block per row, fp32 statistics) ----
@@ -53,7 +55,9 @@ void ce_local_max(cudaStream_t stream, Tensor max, Tensor logits);
 void ce_local_sumexp(cudaStream_t stream, Tensor sumexp, Tensor logits, Tensor max);
 void ce_target_logit(cudaStream_t stream, Tensor target_logit, Tensor logits, Tensor targets,
                      int64_t vocab_start);
-void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit);
+// targets may be empty (every row counts); a negative target's loss is 0.
+void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit,
+             Tensor targets);
 void ce_bwd(cudaStream_t stream, Tensor dlogits, Tensor logits, Tensor max, Tensor sumexp,
             Tensor targets, int64_t vocab_start, float scale);
 
@@ -105,10 +109,14 @@ void sum_squares(cudaStream_t stream, Tensor flat, std::span<const FlatSpan> spa
 // qkv [B, T, H*3*D] per head (q, k, v); out [B, T, H*D]; lse f32 [B, H, T, 1]: the row
 // log-sum-exp of the scaled scores. Tiled with online softmax: no T x T matrix in memory.
 // Head sizes 64, 128 and 144 (J1-Jumbo) are instantiated; others throw std::invalid_argument.
-void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv);
+// positions (packed sequences, backend.h) is empty (plain causal) or i32 [B*T] CUDA memory:
+// query t then sees only keys t - positions[t] .. t, masked elementwise; positions must count
+// 0, 1, ... in each sequence (each 0 or the previous + 1), as the samplers write them, since
+// the dK/dV kernel stops at the first query tile whose sequences start past its keys.
+void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv, Tensor positions);
 // dqkv = gradient of qkv; delta f32 [B, H, T, 1] is scratch for rowsum(dout * out).
 void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv,
-                         Tensor out, Tensor lse);
+                         Tensor out, Tensor lse, Tensor positions);
 bool flash_attention_supports(int64_t head_dim);
 
 // ---- attention_cache.cu: attention over a KV cache (generation) ----

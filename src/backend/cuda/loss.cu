@@ -120,10 +120,11 @@ __global__ void ce_target_logit_kernel(float* __restrict__ target_logit,
 
 __global__ void ce_loss_kernel(float* __restrict__ losses, const float* __restrict__ max,
                                const float* __restrict__ sumexp,
-                               const float* __restrict__ target_logit, int64_t n) {
+                               const float* __restrict__ target_logit,
+                               const int32_t* __restrict__ targets, int64_t n) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= n) return;
-  losses[r] = logf(sumexp[r]) + max[r] - target_logit[r];
+  losses[r] = targets && targets[r] < 0 ? 0.f : logf(sumexp[r]) + max[r] - target_logit[r];
 }
 
 // dlogits = exp(logits - max) * (scale / sumexp), then scale subtracted at the target column
@@ -138,8 +139,9 @@ __global__ void __launch_bounds__(kCeThreads)
   T* drow = dlogits + r * cols;
   const int64_t nvec = cols / V;
   const float mx = max[r];
-  const float inv = scale / sumexp[r];
-  const int64_t col = static_cast<int64_t>(targets[r]) - vocab_start;  // may be outside
+  const bool ignored = targets[r] < 0;  // not in the loss: a zero row
+  const float inv = ignored ? 0.f : scale / sumexp[r];
+  const int64_t col = ignored ? -1 : static_cast<int64_t>(targets[r]) - vocab_start;  // may be outside
   for (int64_t i = threadIdx.x; i < nvec; i += kCeThreads) {
     float x[V];
     load_n<V>(row + i * V, x);
@@ -227,9 +229,12 @@ void ce_target_logit(cudaStream_t stream, Tensor target_logit, Tensor logits, Te
   JUMBO_CUDA_CHECK_LAST("ce_target_logit_kernel");
 }
 
-void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit) {
+void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tensor target_logit,
+             Tensor targets) {
   const char* op = "ce_loss";
   require_cuda(op, {&losses, &max, &sumexp, &target_logit});
+  require(targets.empty() || (targets.dtype == DType::i32 && targets.numel() == losses.numel()),
+          op, "targets must be empty or i32 [N]");
   const int64_t n = losses.numel();
   require_f32_rows(op, losses, n, "losses");
   require_f32_rows(op, max, n, "max");
@@ -238,7 +243,8 @@ void ce_loss(cudaStream_t stream, Tensor losses, Tensor max, Tensor sumexp, Tens
   if (n == 0) return;
   constexpr int kThreadsFlat = 256;
   ce_loss_kernel<<<flat_blocks(n, kThreadsFlat), kThreadsFlat, 0, stream>>>(
-      losses.as<float>(), max.as<float>(), sumexp.as<float>(), target_logit.as<float>(), n);
+      losses.as<float>(), max.as<float>(), sumexp.as<float>(), target_logit.as<float>(),
+      targets.empty() ? nullptr : targets.as<int32_t>(), n);
   JUMBO_CUDA_CHECK_LAST("ce_loss_kernel");
 }
 

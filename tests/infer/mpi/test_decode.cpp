@@ -41,9 +41,9 @@ std::pair<int64_t, int64_t> layout_for(int world) { return world == 4 ? std::pai
 class OneSequence final : public MicrobatchSource {
  public:
   explicit OneSequence(const std::vector<int32_t>& t) : tokens_(t) {}
-  void next(int32_t* tokens, int32_t* targets) override {
-    std::copy(tokens_.begin(), tokens_.end(), tokens);
-    std::fill(targets, targets + tokens_.size(), 0);
+  void next(const MicrobatchView& mb) override {
+    std::copy(tokens_.begin(), tokens_.end(), mb.tokens);
+    std::fill(mb.targets, mb.targets + tokens_.size(), 0);
   }
 
  private:

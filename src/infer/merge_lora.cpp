@@ -1,0 +1,112 @@
+#include "jumbo/infer/merge_lora.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "jumbo/ckpt/checkpointer.h"
+#include "jumbo/ckpt/resolve.h"
+#include "jumbo/infer/whole_checkpoint.h"
+#include "jumbo/model/lora.h"
+#include "jumbo/parallel/stage_plan.h"
+#include "jumbo/plan/storage.h"
+
+namespace jumbo {
+namespace {
+
+// The whole tensors of one tp 1 x pp 1 x dp 1 stage (every weight, or with `lora` its
+// adapters), their masters read from `ckpt` into host memory at the plan's flat offsets.
+struct WholeStage {
+  StagePlan plan;
+  std::vector<float> master;
+  std::vector<PieceData> pieces;  // for saving, pointing into master
+
+  WholeStage(const ModelConfig& model, const LoraShape& lora, const ResolvedCheckpoint& ckpt)
+      : plan(plan_stage(model, Layout{}, StepShape{.lora = lora}, GridCoords{})),
+        master(static_cast<size_t>(plan.params.total_numel()), 0.0f) {
+    std::vector<PieceData> load;
+    for (StatePiece& sp : state_pieces(plan.params, plan.optimizer_ranges, StateUse::load)) {
+      load.push_back({std::move(sp.piece), {master.data() + sp.flat, nullptr, nullptr}});
+    }
+    load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, load);
+    for (StatePiece& sp : state_pieces(plan.params, plan.optimizer_ranges, StateUse::save)) {
+      pieces.push_back({std::move(sp.piece), {master.data() + sp.flat, nullptr, nullptr}});
+    }
+  }
+  float* tensor(const std::string& name, int64_t& rows, int64_t& cols) {
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const ParamInfo& p = plan.params.info(static_cast<int>(i));
+      if (p.name != name) continue;
+      rows = p.slice.shape[0];
+      cols = p.slice.shape.size() > 1 ? p.slice.shape[1] : 1;
+      return master.data() + p.flat_offset;
+    }
+    throw std::logic_error("merge_lora: no tensor " + name);
+  }
+};
+
+}  // namespace
+
+LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& out_root,
+                          const S3Options& s3) {
+  const bool root_existed = check_new_checkpoint_root(out_root);
+  const ResolvedCheckpoint adapter = resolve_checkpoint(adapter_path, s3);
+  const Manifest& am = adapter.manifest;
+  const std::string where = "--adapter " + adapter_path;
+  if (am.lora.rank <= 0) {
+    throw UserError(fmt::format("{}: not a LoRA checkpoint (its manifest has no \"lora\"); merge "
+                                "takes the checkpoint of a finetune.method = \"lora\" run", where));
+  }
+  if (am.init_from.from.empty()) {
+    throw UserError(fmt::format("{}: records no base (init_from)", where));
+  }
+  const ResolvedCheckpoint base = resolve_checkpoint(am.init_from.from, s3);
+  const std::string found = weights_fingerprint(base.manifest);
+  if (found != am.init_from.fingerprint) {
+    throw UserError(fmt::format("{}: its base {} has fingerprint {}, but the adapters were "
+                                "trained on {}: the base checkpoint changed", where,
+                                am.init_from.from, found, am.init_from.fingerprint));
+  }
+  check_manifest_model(base.manifest, am.model, "the base " + am.init_from.from, where);
+
+  LoraMergeStats stats;
+  stats.adapter = adapter.storage->url(adapter.dir);
+  stats.base = base.storage->url(base.dir);
+  stats.lora = am.lora;
+  WholeStage weights(am.model, LoraShape{}, base);
+  WholeStage adapters(am.model, am.lora, adapter);
+  stats.adapter_params = adapters.plan.params.total_numel();
+  const float scale = static_cast<float>(am.lora.scale());
+  for (int64_t layer = 0; layer < am.model.layers; ++layer) {
+    for (LoraTarget t : kLoraTargets) {
+      if (!am.lora.targets.has(t)) continue;
+      int64_t out = 0, in = 0, r = 0, r2 = 0, out2 = 0, in2 = 0;
+      float* w = weights.tensor(lora_base_name(layer, t), out, in);
+      const float* a = adapters.tensor(lora_param_name(layer, t, false), r, in2);
+      const float* b = adapters.tensor(lora_param_name(layer, t, true), out2, r2);
+      if (in2 != in || out2 != out || r2 != r) throw std::logic_error("merge_lora: shapes");
+#pragma omp parallel for schedule(static)
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t k = 0; k < r; ++k) {
+          const float bk = scale * b[o * r + k];
+          for (int64_t i = 0; i < in; ++i) w[o * in + i] += bk * a[k * in + i];
+        }
+      }
+      ++stats.merged_maps;
+    }
+  }
+  Manifest header;  // a start (step 0) whose weights came from the adapters on their base
+  header.model = am.model;
+  header.precision = Precision::fp32;
+  header.tokenizer = base.manifest.tokenizer;
+  header.data_train = am.data_train;
+  header.chat_template = am.chat_template;
+  header.init_from = {stats.adapter, am.progress.step, weights_fingerprint(am)};
+  stats.bytes = write_whole_checkpoint(out_root, root_existed, std::move(weights.pieces),
+                                       std::move(header), {});
+  stats.checkpoint_dir = (std::filesystem::path(out_root) / checkpoint_dir_name(0)).string();
+  return stats;
+}
+
+}  // namespace jumbo
