@@ -51,6 +51,40 @@ double mean_loss(GptModel& m, const Batch& b) {
   return m.forward(b.tokens.data(), b.targets.data()) / static_cast<double>(b.tokens.size());
 }
 
+// Per tensor of `store`: the `per_tensor` largest-gradient elements against central
+// differences with eps 3e-3 on a loss accumulated in double. Tolerance: 2% of the element's
+// gradient + 1e-4 absolute (fp32 forward noise / 2 eps ~ 1e-4). Each difference must exceed
+// `min_fd` (a gradient worth checking). Returns the elements checked.
+int check_largest_gradients(GptModel& model, const ParamStore& store, const std::vector<float>& grad,
+                            const Batch& b, int64_t per_tensor, double min_fd) {
+  const float eps = 3e-3f;
+  float* weights = store.all_weights().as<float>();
+  int checked = 0;
+  for (size_t p = 0; p < store.size(); ++p) {
+    const ParamInfo& info = store.info(static_cast<int>(p));
+    std::vector<int64_t> idx(info.numel());
+    for (int64_t i = 0; i < info.numel(); ++i) idx[i] = info.flat_offset + i;
+    const int64_t n = std::min<int64_t>(per_tensor, static_cast<int64_t>(idx.size()));
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                      [&](int64_t a, int64_t c) { return std::abs(grad[a]) > std::abs(grad[c]); });
+    for (int64_t k = 0; k < n; ++k) {
+      float& w = weights[idx[k]];
+      const float saved = w;
+      w = saved + eps;
+      const double lp = mean_loss(model, b);
+      w = saved - eps;
+      const double lm = mean_loss(model, b);
+      w = saved;
+      const double fd = (lp - lm) / (2.0 * eps);
+      EXPECT_NEAR(grad[idx[k]], fd, 0.02 * std::abs(fd) + 1e-4)
+          << info.name << " element " << idx[k] - info.flat_offset;
+      EXPECT_GT(std::abs(fd), min_fd) << info.name << ": a gradient worth checking";
+      ++checked;
+    }
+  }
+  return checked;
+}
+
 TEST(Gpt, GradientMatchesCentralFiniteDifferences) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
@@ -72,32 +106,7 @@ TEST(Gpt, GradientMatchesCentralFiniteDifferences) {
   std::copy(model.params().all_grads().as<float>(),
             model.params().all_grads().as<float>() + all.numel(), grad.begin());
 
-  // Per tensor: the three largest-gradient elements, central differences with eps 3e-3 on a
-  // loss accumulated in double. Tolerance: 2% of the element's gradient + 1e-4 absolute
-  // (fp32 forward noise / 2 eps ~ 1e-4).
-  const float eps = 3e-3f;
-  int checked = 0;
-  for (size_t p = 0; p < model.params().size(); ++p) {
-    const ParamInfo& info = model.params().info(static_cast<int>(p));
-    std::vector<int64_t> idx(info.numel());
-    for (int64_t i = 0; i < info.numel(); ++i) idx[i] = info.flat_offset + i;
-    std::partial_sort(idx.begin(), idx.begin() + std::min<int64_t>(3, idx.size()), idx.end(),
-                      [&](int64_t a, int64_t c) { return std::abs(grad[a]) > std::abs(grad[c]); });
-    for (int64_t k = 0; k < std::min<int64_t>(3, idx.size()); ++k) {
-      float& w = all.as<float>()[idx[k]];
-      const float saved = w;
-      w = saved + eps;
-      const double lp = mean_loss(model, b);
-      w = saved - eps;
-      const double lm = mean_loss(model, b);
-      w = saved;
-      const double fd = (lp - lm) / (2.0 * eps);
-      EXPECT_NEAR(grad[idx[k]], fd, 0.02 * std::abs(fd) + 1e-4)
-          << info.name << " element " << idx[k] - info.flat_offset;
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, 30);
+  EXPECT_GT(check_largest_gradients(model, model.params(), grad, b, 3, -1.0), 30);
 
   // All parameters at once along a random direction: the directional derivative.
   std::mt19937 rng(3);
@@ -284,32 +293,8 @@ TEST(Gpt, LoraGradientMatchesCentralFiniteDifferences) {
   model.backward(1.0f / static_cast<float>(b.tokens.size()));
   const Tensor g = model.trained_params().all_grads();
   const std::vector<float> grad(g.as<float>(), g.as<float>() + g.numel());
-  const float eps = 3e-3f;
-  int checked = 0;
-  const ParamStore& adapters = model.trained_params();
-  ASSERT_EQ(adapters.size(), 2u * 4u * 2u);  // layers x maps x (A, B)
-  for (size_t p = 0; p < adapters.size(); ++p) {
-    const ParamInfo& info = adapters.info(static_cast<int>(p));
-    std::vector<int64_t> idx(info.numel());
-    for (int64_t i = 0; i < info.numel(); ++i) idx[i] = info.flat_offset + i;
-    std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(),
-                      [&](int64_t a, int64_t c) { return std::abs(grad[a]) > std::abs(grad[c]); });
-    for (int k = 0; k < 2; ++k) {
-      float& w = all.as<float>()[idx[k]];
-      const float saved = w;
-      w = saved + eps;
-      const double lp = mean_loss(model, b);
-      w = saved - eps;
-      const double lm = mean_loss(model, b);
-      w = saved;
-      const double fd = (lp - lm) / (2.0 * eps);
-      EXPECT_NEAR(grad[idx[k]], fd, 0.02 * std::abs(fd) + 1e-4)
-          << info.name << " element " << idx[k] - info.flat_offset;
-      EXPECT_GT(std::abs(fd), 1e-4) << info.name << ": a gradient worth checking";
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 32);
+  ASSERT_EQ(model.trained_params().size(), 2u * 4u * 2u);  // layers x maps x (A, B)
+  EXPECT_EQ(check_largest_gradients(model, model.trained_params(), grad, b, 2, 1e-4), 32);
 }
 
 }  // namespace
