@@ -94,14 +94,12 @@ size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
-}  // namespace
-
-std::string document_of_json_line(std::string_view line, const std::string& json_key,
-                                  std::string& doc) {
+// The JSON object of one line into obj, or why the line is not one ("" on success); `key` is
+// the field the line should hold, for the message.
+std::string json_object_of_line(std::string_view line, const std::string& key, nlohmann::json& obj) {
   if (const size_t bad = invalid_utf8_at(line); bad != std::string_view::npos) {
     return fmt::format("invalid UTF-8 at column {} (expected UTF-8 text)", bad + 1);
   }
-  nlohmann::json obj;
   try {
     obj = nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
@@ -109,30 +107,39 @@ std::string document_of_json_line(std::string_view line, const std::string& json
     return fmt::format("not valid JSON at column {} (expected one JSON object per line)", e.byte);
   }
   if (!obj.is_object()) {
-    return fmt::format("a JSON {}, expected an object with a string \"{}\"", obj.type_name(), json_key);
+    return fmt::format("a JSON {}, expected an object with a string \"{}\"", obj.type_name(), key);
   }
-  const auto field = obj.find(json_key);
+  return "";
+}
+
+// obj[key] as a string into out, or why it is not one.
+std::string string_field(const nlohmann::json& obj, const std::string& key, std::string& out) {
+  const auto field = obj.find(key);
   if (field == obj.end() || !field->is_string()) {
     return fmt::format("{}, expected a string field \"{}\"",
                        field == obj.end() ? "no such key"
                                           : "the value is a " + std::string(field->type_name()),
-                       json_key);
+                       key);
   }
-  doc = field->get<std::string>();
+  out = field->get<std::string>();
   return "";
+}
+
+}  // namespace
+
+std::string document_of_json_line(std::string_view line, const std::string& json_key,
+                                  std::string& doc) {
+  nlohmann::json obj;
+  if (std::string why = json_object_of_line(line, json_key, obj); !why.empty()) return why;
+  return string_field(obj, json_key, doc);
 }
 
 std::string example_of_json_line(std::string_view line, std::string& prompt,
                                  std::string& completion) {
-  if (std::string why = document_of_json_line(line, "prompt", prompt); !why.empty()) return why;
-  nlohmann::json obj = nlohmann::json::parse(line);  // valid: checked just above
-  const auto field = obj.find("completion");
-  if (field == obj.end() || !field->is_string()) {
-    return fmt::format("{}, expected a string field \"completion\"",
-                       field == obj.end() ? "no such key"
-                                          : "the value is a " + std::string(field->type_name()));
-  }
-  completion = field->get<std::string>();
+  nlohmann::json obj;  // parsed once for both fields
+  if (std::string why = json_object_of_line(line, "prompt", obj); !why.empty()) return why;
+  if (std::string why = string_field(obj, "prompt", prompt); !why.empty()) return why;
+  if (std::string why = string_field(obj, "completion", completion); !why.empty()) return why;
   if (completion.empty()) return "the completion is empty, expected the text to learn";
   return "";
 }

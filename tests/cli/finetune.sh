@@ -97,19 +97,15 @@ for run in padded packed; do
   "$jumbo" ckpt export --format safetensors "$tmp/$run" -o "$tmp/$run.safetensors" >/dev/null
 done
 $py - "$tmp/padded.jsonl" "$tmp/packed.jsonl" "$tmp/padded.safetensors" "$tmp/packed.safetensors" <<'EOF' ||
-import json, struct, sys
+import json, sys
 import numpy as np
+sys.path.insert(0, "tests/infer")
+from torch_gpt2 import read_safetensors  # the one safetensors reader of the tests
 a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
 assert abs(a["loss"] - b["loss"]) <= 1e-6 * abs(a["loss"]), (a["loss"], b["loss"])
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4")
-            for k, v in head.items() if k != "__metadata__"}
-x, y = tensors(sys.argv[3]), tensors(sys.argv[4])
+x, y = ({k: v[2] for k, v in read_safetensors(p)[1].items()} for p in sys.argv[3:5])
+assert sorted(x) == sorted(y), (sorted(x), sorted(y))
 worst = max(float(np.max(np.abs(x[k] - y[k]))) for k in x)
-moved = max(float(np.max(np.abs(x[k]))) for k in x)
 assert worst <= 1e-6, f"weights after the step differ by {worst}"
 print(f"packed = padded: loss {a['loss']!r} vs {b['loss']!r}, weights within {worst:.1e}")
 EOF
