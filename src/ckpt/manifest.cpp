@@ -251,6 +251,26 @@ void check_manifest_model(const Manifest& m, const ModelConfig& run, const std::
   }
 }
 
+void check_adapter_base(const Manifest& adapter, const std::string& adapter_where,
+                        const Manifest& base, const std::string& base_where) {
+  if (adapter.lora.rank <= 0) {
+    throw UserError(fmt::format("{}: not a LoRA checkpoint (its manifest has no \"lora\"): "
+                                "adapters come from a finetune.method = \"lora\" run",
+                                adapter_where));
+  }
+  if (adapter.init_from.from.empty()) {
+    throw UserError(fmt::format("{}: records no base (init_from)", adapter_where));
+  }
+  const std::string found = weights_fingerprint(base);
+  if (found != adapter.init_from.fingerprint) {
+    throw UserError(fmt::format("{}: trained on the base {} (fingerprint {}), but {} has "
+                                "fingerprint {}: adapters run only on their own base",
+                                adapter_where, adapter.init_from.from,
+                                adapter.init_from.fingerprint, base_where, found));
+  }
+  check_manifest_model(base, adapter.model, base_where, adapter_where);
+}
+
 std::string shard_record_to_json(const ShardFileInfo& file, const std::vector<TensorPiece>& pieces) {
   json j = {{"name", file.name}, {"bytes", file.bytes}, {"crc32", file.crc32}};
   json ps = json::array();

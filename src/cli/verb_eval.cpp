@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ namespace {
 struct Args {
   CheckpointOptions checkpoint;
   std::string data, task, per_item;
+  std::string adapter;  // a LoRA checkpoint of this base
   int64_t micro_batch = 1, stride = 0, windows = -1;
   ClozeScoring scoring = ClozeScoring::whole;
 };
@@ -87,13 +89,26 @@ int run_eval(const Args& a) {
   layout.pp = a.checkpoint.pp;
   layout.micro_batch = a.micro_batch;
   layout.precision = c.precision;
+  std::optional<ResolvedCheckpoint> adapter;
+  if (!a.adapter.empty()) {
+    adapter = open_checkpoint(a.adapter, S3Options{}, world);
+    if (adapter->manifest.lora.rank <= 0) {  // named before a model of rank 0 is built
+      check_adapter_base(adapter->manifest, "jumbo eval: --adapter " + a.adapter, m, "");
+    }
+    layout.lora = adapter->manifest.lora;
+  }
   Evaluator ev(m.model, layout, m.model.context, *c.backend, c.world);
   ev.load(ckpt);
+  if (adapter) ev.load_adapter(*adapter);
   nlohmann::json out = {{"checkpoint", ckpt.storage->url(ckpt.dir)},
+                        {"adapter", adapter ? nlohmann::json(adapter->storage->url(adapter->dir))
+                                            : nlohmann::json()},
                         {"step", m.progress.step},
                         {"layout", fmt::format("tp{}-pp{}-dp{}", layout.tp, layout.pp, ev.grid().dp_size())}};
-  std::string table_text = fmt::format("checkpoint {} (step {}), {}\n", ckpt.storage->url(ckpt.dir),
-                                       m.progress.step, out["layout"].get<std::string>());
+  std::string table_text = fmt::format("checkpoint {} (step {}){}, {}\n", ckpt.storage->url(ckpt.dir),
+                                       m.progress.step,
+                                       adapter ? " with adapter " + out["adapter"].get<std::string>() : "",
+                                       out["layout"].get<std::string>());
   if (!a.data.empty()) {
     const int64_t stride = a.stride > 0 ? a.stride : m.model.context;
     const DatasetEvalResult r = evaluate_dataset(ev, a.data, stride, a.windows, bytes);
@@ -140,6 +155,8 @@ void add_eval_verb(CLI::App& app, VerbRunner& run) {
       "eval", "score a checkpoint: loss, perplexity and bits per byte over a prepared dataset, "
               "accuracy on a multiple-choice task (any tp x pp x dp layout under mpirun)");
   add_checkpoint_flags(*cmd, a->checkpoint);
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA checkpoint of this base: evaluate the base with its adapters");
   cmd->add_option("--data", a->data, "a prepared dataset prefix: every token scored once");
   cmd->add_option("--stride", a->stride,
                   "tokens between window starts (default: the context; smaller overlaps windows, "

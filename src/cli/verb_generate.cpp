@@ -62,6 +62,7 @@ int run_generate(const Args& a) {
     GenerationRequest r;
     r.prompt = encode_prompt(tok, prompts[i]);
     r.max_new_tokens = a.max_new_tokens;
+    r.adapter = s.adapters.empty() ? -1 : s.adapters.front().slot;
     r.sampling = {a.temperature, a.top_k, a.top_p, a.seed, 0, a.frequency_penalty,
                   a.presence_penalty, {}};
     const std::string problem = request_problem(r, engine.shape(), engine.sampled_vocab());
@@ -101,6 +102,9 @@ void add_generate_verb(CLI::App& app, VerbRunner& run) {
       "generate", "complete prompts from a checkpoint (KV cache, continuous batching; any "
                   "tp x pp layout under mpirun)");
   add_inference_flags(*cmd, a->inference);
+  cmd->add_option_function<std::string>(
+      "--adapter", [a](const std::string& path) { a->inference.adapters = {{path, path}}; },
+      "a LoRA checkpoint of this base: generate with its adapters");
   cmd->add_option("--prompt", a->prompts, "a prompt (repeatable)");
   cmd->add_option("--prompts", a->prompts_file, "a JSONL file of {\"prompt\": TEXT} lines");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate per prompt")

@@ -19,7 +19,32 @@ struct Args {
   ServeOptions serve;
   std::string api_key_file;
   std::string chat_template;
+  std::vector<std::string> adapters;  // NAME=PATH
 };
+
+// --adapter NAME=PATH, each name once and not the base's.
+std::vector<AdapterSpec> adapter_specs(const std::vector<std::string>& flags) {
+  std::vector<AdapterSpec> out;
+  for (const std::string& f : flags) {
+    const size_t eq = f.find('=');
+    if (eq == std::string::npos || eq + 1 == f.size()) {
+      throw UserError(fmt::format("jumbo serve: --adapter {}: expected NAME=PATH (a name for "
+                                  "\"model\" and a LoRA checkpoint)", f));
+    }
+    AdapterSpec spec{f.substr(0, eq), f.substr(eq + 1)};
+    if (const std::string problem = adapter_name_problem(spec.name); !problem.empty()) {
+      throw UserError(fmt::format("jumbo serve: --adapter {}: the name {}", f, problem));
+    }
+    for (const AdapterSpec& other : out) {
+      if (other.name == spec.name) {
+        throw UserError(fmt::format("jumbo serve: --adapter {}: the name {} is given twice", f,
+                                    spec.name));
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
 
 // One key a line; blank lines and lines starting with # are skipped.
 std::vector<std::string> read_api_keys(const std::string& path) {
@@ -51,6 +76,7 @@ int run_serve(Args a) {
     if (k.empty()) throw UserError("jumbo serve: --api-key: an empty key");
   }
   if (!a.chat_template.empty()) a.serve.chat_template = load_chat_template(a.chat_template);
+  a.inference.adapters = adapter_specs(a.adapters);
   InferenceSession s = open_inference_session(a.inference, "serve");
   GenerationEngine& engine = *s.engine;
   if (!engine.leader()) {
@@ -58,6 +84,14 @@ int run_serve(Args a) {
     return 0;
   }
   if (a.serve.model_name.empty()) a.serve.model_name = s.model_name;
+  for (const LoadedAdapter& l : s.adapters) {
+    if (l.spec.name == a.serve.model_name) {
+      engine.stop_followers();
+      throw UserError(fmt::format("jumbo serve: --adapter {}={}: the name is the base model's "
+                                  "(--model-name)", l.spec.name, l.spec.path));
+    }
+    a.serve.adapters.push_back({l.spec.name, l.spec.path, l.slot, l.lora});
+  }
   const std::string& stored = s.checkpoint.manifest.chat_template;
   if (!a.serve.chat_template && !stored.empty()) {
     try {
@@ -94,6 +128,13 @@ void add_serve_verb(CLI::App& app, VerbRunner& run) {
                   "data.chat_template)");
   cmd->add_option("--tls-cert", a->serve.tls_cert, "PEM certificate: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", a->serve.tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--adapter", a->adapters,
+                  "NAME=PATH: serve a LoRA checkpoint of this base as model NAME (repeatable)");
+  cmd->add_option("--max-adapters", a->inference.max_adapters,
+                  "adapter slots, for POST /v1/adapters while serving (default: as many as "
+                  "--adapter gives)");
+  cmd->add_option("--max-lora-rank", a->inference.max_lora_rank,
+                  "the largest LoRA rank a slot holds (default: the largest --adapter's, else 16)");
   cmd->add_option("--cors-origin", a->serve.cors_origins,
                   "allow browsers from this origin (repeatable; * = any); default: no CORS");
   cmd->callback([&run, a] { run = [a] { return run_serve(*a); }; });

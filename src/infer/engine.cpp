@@ -5,10 +5,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "jumbo/model/lora.h"
 #include "jumbo/parallel/stage_plan.h"
+#include "jumbo/train/checkpoint_io.h"
 
 namespace jumbo {
 namespace {
+
+// What world rank 0 broadcasts: a step, the end of follow(), or a change of adapters.
+enum class Command : int64_t { step, stop, load_adapter, remove_adapter };
 
 // The step as bytes (plain records; every rank runs the same binary).
 struct WireSampled {
@@ -33,9 +38,36 @@ T get(const std::vector<char>& in, size_t& at) {
   return v;
 }
 
-std::vector<char> encode_step(const EngineStep& s, bool stop) {
+std::vector<char> encode_command(Command c, int32_t slot = -1, const std::string& path = {}) {
   std::vector<char> out;
-  put<int64_t>(out, stop ? -1 : static_cast<int64_t>(s.rows.size()));
+  put(out, c);
+  put(out, slot);
+  put<int64_t>(out, static_cast<int64_t>(path.size()));
+  out.insert(out.end(), path.begin(), path.end());
+  return out;
+}
+
+struct Received {
+  Command command = Command::step;
+  int32_t slot = -1;
+  std::string path;
+};
+// A step's bytes fill `s`; the others say what to do instead.
+Received decode_command(const std::vector<char>& in, size_t& at) {
+  Received r;
+  r.command = get<Command>(in, at);
+  if (r.command == Command::step) return r;
+  r.slot = get<int32_t>(in, at);
+  const auto n = static_cast<size_t>(get<int64_t>(in, at));
+  r.path.assign(in.data() + at, n);
+  at += n;
+  return r;
+}
+
+std::vector<char> encode_step(const EngineStep& s) {
+  std::vector<char> out;
+  put(out, Command::step);
+  put<int64_t>(out, static_cast<int64_t>(s.rows.size()));
   put<int64_t>(out, static_cast<int64_t>(s.sampled.size()));
   for (const DecodeRow& r : s.rows) put(out, r);
   for (const SampledRow& r : s.sampled) {
@@ -51,11 +83,8 @@ std::vector<char> encode_step(const EngineStep& s, bool stop) {
   return out;
 }
 
-// false: a stop.
-bool decode_step(const std::vector<char>& in, EngineStep& s) {
-  size_t at = 0;
+void decode_step(const std::vector<char>& in, size_t at, EngineStep& s) {
   const int64_t rows = get<int64_t>(in, at), sampled = get<int64_t>(in, at);
-  if (rows < 0) return false;
   s.rows.resize(static_cast<size_t>(rows));
   for (DecodeRow& r : s.rows) r = get<DecodeRow>(in, at);
   s.sampled.resize(static_cast<size_t>(sampled));
@@ -73,7 +102,18 @@ bool decode_step(const std::vector<char>& in, EngineStep& s) {
     r.stream = w.stream;
     r.index = w.index;
   }
-  return true;
+}
+
+// Collective: when `error` is set on any rank, throws UserError on every rank with the
+// message of the lowest such rank (a shard that one stage cannot read fails them all alike).
+void agree_on_error(Comm& world, const std::string& error) {
+  const double last = world.all_reduce_scalar(
+      error.empty() ? 0.0 : static_cast<double>(world.size() - world.rank()), ReduceOp::max);
+  if (last == 0) return;
+  const int first = world.size() - static_cast<int>(last);
+  std::vector<char> bytes(error.begin(), error.end());
+  world.broadcast_bytes(bytes, first);
+  throw UserError(std::string(bytes.begin(), bytes.end()));
 }
 
 std::vector<char> encode_picks(const std::vector<TokenPick>& picks) {
@@ -150,31 +190,96 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
 
 void GenerationEngine::load(const ResolvedCheckpoint& ckpt) {
   load_weights(ckpt, decoder_->params(), backend_, stage_.grid().dp());
+  base_ = ckpt.manifest;
+  base_where_ = ckpt.storage->url(ckpt.dir);
 }
 
 std::vector<TokenPick> GenerationEngine::step(const EngineStep& step) {
-  std::vector<char> bytes = leader() ? encode_step(step, false) : std::vector<char>{};
+  std::vector<char> bytes = leader() ? encode_step(step) : std::vector<char>{};
   world_->broadcast_bytes(bytes, 0);
   if (leader()) return run(step);
   EngineStep received;
-  decode_step(bytes, received);
+  decode_step(bytes, sizeof(Command), received);
   return run(received);
 }
 
 void GenerationEngine::stop_followers() {
-  std::vector<char> bytes = encode_step({}, true);
+  std::vector<char> bytes = encode_command(Command::stop);
   world_->broadcast_bytes(bytes, 0);
 }
 
-bool GenerationEngine::receive_step(EngineStep& step) {
-  std::vector<char> bytes;
+LoraShape GenerationEngine::load_adapter(int32_t slot, const std::string& path) {
+  std::vector<char> bytes = leader() ? encode_command(Command::load_adapter, slot, path)
+                                     : std::vector<char>{};
   world_->broadcast_bytes(bytes, 0);
-  return decode_step(bytes, step);
+  size_t at = 0;
+  const Received r = decode_command(bytes, at);  // rank 0's
+  return install_adapter(r.slot, r.path);
+}
+
+void GenerationEngine::remove_adapter(int32_t slot) {
+  std::vector<char> bytes = leader() ? encode_command(Command::remove_adapter, slot)
+                                     : std::vector<char>{};
+  world_->broadcast_bytes(bytes, 0);
+  size_t at = 0;
+  decoder_->clear_adapter(decode_command(bytes, at).slot);
+}
+
+LoraShape GenerationEngine::install_adapter(int32_t slot, const std::string& path) {
+  decoder_->clear_adapter(slot);
+  const DecodeShape& shape = decoder_->shape();
+  const std::string where = "adapter " + path;
+  if (slot < 0 || slot >= shape.adapter_slots) {
+    throw std::logic_error(fmt::format("load_adapter: slot {} of {}", slot, shape.adapter_slots));
+  }
+  const ResolvedCheckpoint adapter = open_checkpoint(path, S3Options{}, *world_);
+  const Manifest& m = adapter.manifest;
+  check_adapter_base(m, where, base_, "the served base " + base_where_);
+  if (m.lora.rank > shape.max_lora_rank) {
+    throw UserError(fmt::format("{}: LoRA rank {} is above --max-lora-rank {}", where,
+                                m.lora.rank, shape.max_lora_rank));
+  }
+  GptOptions own = stage_.options();
+  own.lora = m.lora;
+  ParamStore store;
+  for (ParamInfo& p : lora_stage_params(model_, own, stage_.grid().tp_rank(),
+                                        stage_.grid().tp_size())) {
+    store.add(std::move(p));
+  }
+  store.allocate(backend_, decoder_->params().compute_dtype(), 1, GradBuffer::none);
+  std::string error;
+  try {
+    load_weights(adapter, store, backend_, stage_.grid().dp());
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  agree_on_error(*world_, error);
+  decoder_->set_adapter(slot, store, m.lora);
+  return m.lora;
 }
 
 void GenerationEngine::follow() {
   EngineStep step;
-  while (receive_step(step)) run(step);
+  for (;;) {
+    std::vector<char> bytes;
+    world_->broadcast_bytes(bytes, 0);
+    size_t at = 0;
+    const Received r = decode_command(bytes, at);
+    switch (r.command) {
+      case Command::step:
+        decode_step(bytes, at, step);
+        run(step);
+        break;
+      case Command::stop: return;
+      case Command::load_adapter:
+        try {
+          install_adapter(r.slot, r.path);
+        } catch (const UserError&) {  // world rank 0 reports it; this rank goes on
+        }
+        break;
+      case Command::remove_adapter: decoder_->clear_adapter(r.slot); break;
+    }
+  }
 }
 
 std::vector<TokenPick> GenerationEngine::run(const EngineStep& step) {

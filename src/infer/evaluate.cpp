@@ -85,6 +85,7 @@ StepShape eval_shape(const EvalLayout& layout, int64_t dp, int64_t seq, int64_t 
   shape.seq = seq;
   shape.precision = layout.precision;
   shape.eval_microbatches = microbatches;
+  shape.lora = layout.lora;
   return shape;
 }
 }  // namespace
@@ -106,6 +107,17 @@ Evaluator::Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t
 
 void Evaluator::load(const ResolvedCheckpoint& ckpt) {
   load_weights(ckpt, gpt_->params(), backend_, stage_.grid().dp());
+  base_ = ckpt.manifest;
+  base_where_ = ckpt.storage->url(ckpt.dir);
+}
+
+void Evaluator::load_adapter(const ResolvedCheckpoint& adapter) {
+  const std::string where = "--adapter " + adapter.storage->url(adapter.dir);
+  check_adapter_base(adapter.manifest, where, base_, "the base " + base_where_);
+  if (!(adapter.manifest.lora == layout_.lora)) {
+    throw std::logic_error("Evaluator: built for another LoRA shape than the adapter's");
+  }
+  load_weights(adapter, gpt_->trained_params(), backend_, stage_.grid().dp());
 }
 
 void Evaluator::score(const WindowSource& source,

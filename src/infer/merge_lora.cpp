@@ -54,21 +54,11 @@ LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& ou
   const ResolvedCheckpoint adapter = resolve_checkpoint(adapter_path, s3);
   const Manifest& am = adapter.manifest;
   const std::string where = "--adapter " + adapter_path;
-  if (am.lora.rank <= 0) {
-    throw UserError(fmt::format("{}: not a LoRA checkpoint (its manifest has no \"lora\"); merge "
-                                "takes the checkpoint of a finetune.method = \"lora\" run", where));
-  }
-  if (am.init_from.from.empty()) {
-    throw UserError(fmt::format("{}: records no base (init_from)", where));
+  if (am.lora.rank <= 0 || am.init_from.from.empty()) {
+    check_adapter_base(am, where, Manifest{}, "");  // names what is missing
   }
   const ResolvedCheckpoint base = resolve_checkpoint(am.init_from.from, s3);
-  const std::string found = weights_fingerprint(base.manifest);
-  if (found != am.init_from.fingerprint) {
-    throw UserError(fmt::format("{}: its base {} has fingerprint {}, but the adapters were "
-                                "trained on {}: the base checkpoint changed", where,
-                                am.init_from.from, found, am.init_from.fingerprint));
-  }
-  check_manifest_model(base.manifest, am.model, "the base " + am.init_from.from, where);
+  check_adapter_base(am, where, base.manifest, "the base " + am.init_from.from);
 
   LoraMergeStats stats;
   stats.adapter = adapter.storage->url(adapter.dir);

@@ -64,6 +64,12 @@ int64_t Scheduler::cached_positions() const {
   return total;
 }
 
+bool Scheduler::uses_adapter(int32_t slot) const {
+  auto uses = [slot](const Sequence& s) { return !s.cancelled && s.request.adapter == slot; };
+  return std::any_of(running_.begin(), running_.end(), uses) ||
+         std::any_of(waiting_.begin(), waiting_.end(), uses);
+}
+
 void Scheduler::cancel(int64_t id) {
   for (Sequence& s : running_) s.cancelled |= s.id == id;
   for (Sequence& s : waiting_) s.cancelled |= s.id == id;
@@ -118,7 +124,8 @@ void Scheduler::step() {
     }
     for (int64_t k = 0; k < count; ++k) {
       const int64_t pos = s.cached + k;
-      step_.rows.push_back({s.tokens[static_cast<size_t>(pos)], s.slot, static_cast<int32_t>(pos)});
+      step_.rows.push_back({s.tokens[static_cast<size_t>(pos)], s.slot, static_cast<int32_t>(pos),
+                            s.request.adapter});
       const int64_t target = pos + 1;
       if (from > 0 && target >= from && target < prompt) {
         SampledRow scored{static_cast<int32_t>(step_.rows.size() - 1), s.request.sampling, s.key,
@@ -137,7 +144,12 @@ void Scheduler::step() {
       scored_at_.push_back(-1);
     }
   };
-  for (size_t i = 0; i < running_.size(); ++i) {
+  decode_order_.resize(running_.size());
+  for (size_t i = 0; i < running_.size(); ++i) decode_order_[i] = i;
+  std::stable_sort(decode_order_.begin(), decode_order_.end(), [this](size_t a, size_t b) {
+    return running_[a].request.adapter < running_[b].request.adapter;
+  });
+  for (size_t i : decode_order_) {
     const Sequence& s = running_[i];
     if (static_cast<int64_t>(s.tokens.size()) - s.cached == 1) feed(i, 1);
   }
@@ -146,6 +158,12 @@ void Scheduler::step() {
     const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
     const int64_t room = shape.max_rows - static_cast<int64_t>(step_.rows.size());
     if (pending > 1 && room > 0) feed(i, std::min(pending, room));
+  }
+  for (const DecodeRow& r : step_.rows) {
+    if (r.adapter != step_.rows.front().adapter) {
+      ++mixed_steps_;
+      break;
+    }
   }
   const std::vector<TokenPick> picks = engine_.step(step_);
   std::vector<size_t> done;

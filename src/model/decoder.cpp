@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "jumbo/model/lora.h"
+
 namespace jumbo {
 
 GptDecoder::GptDecoder(const ModelConfig& cfg, const GptOptions& stage, const DecodeShape& shape,
@@ -14,7 +16,8 @@ GptDecoder::GptDecoder(const ModelConfig& cfg, const GptOptions& stage, const De
   if (opts_.num_layers < 0) opts_.num_layers = cfg_.layers - opts_.first_layer;
   if (opts_.chunks != 1 || shape_.max_rows < 1 || shape_.max_sampled < 1 ||
       shape_.max_sampled > shape_.max_rows || shape_.cache_slots < 1 ||
-      shape_.cache_positions > cfg_.context) {
+      shape_.cache_positions > cfg_.context || shape_.adapter_slots < 0 ||
+      (shape_.adapter_slots > 0 && shape_.max_lora_rank < 1)) {
     throw std::logic_error("GptDecoder: one model chunk and a positive shape within the context");
   }
   opts_.sequence_parallel = false;
@@ -28,6 +31,20 @@ GptDecoder::GptDecoder(const ModelConfig& cfg, const GptOptions& stage, const De
   for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size)) params_.add(std::move(p));
   ix_ = gpt_param_index(opts_);
   params_.allocate(backend_, opts_.compute_dtype, 1, GradBuffer::none);
+  if (shape_.adapter_slots > 0) {
+    const GptOptions pool = pool_options();
+    const std::vector<LoraLayerParams> at = lora_layer_index(pool);
+    for (size_t l = 0; l < ix_.layers.size(); ++l) ix_.layers[l].lora = at[l];
+    for (int64_t k = 0; k < shape_.adapter_slots; ++k) {
+      auto store = std::make_unique<ParamStore>();
+      for (ParamInfo& p : lora_stage_params(cfg_, pool, tp_rank_, tp_size)) store->add(std::move(p));
+      store->allocate(backend_, opts_.compute_dtype, 1, GradBuffer::none);
+      adapters_.push_back({.store = store.get()});
+      adapter_pool_.push_back(std::move(store));
+    }
+    row_runs_.reserve(static_cast<size_t>(shape_.max_rows));
+    kept_runs_.reserve(static_cast<size_t>(shape_.max_sampled));
+  }
 
   const int64_t d = cfg_.head_dim();
   const size_t per_cache = static_cast<size_t>(shape_.cache_slots * heads_local_ *
@@ -69,6 +86,10 @@ void GptDecoder::layout_step(Arena& arena) {
   proj_ = arena.alloc(t, {r, c});
   fch_ = arena.alloc(t, {r, ffn_local_});
   fch_gelu_ = arena.alloc(t, {r, ffn_local_});
+  if (shape_.adapter_slots > 0) {
+    lora_h_ = arena.alloc(t, {r, shape_.max_lora_rank});
+    lora_scratch_ = arena.alloc(t, {r * std::max({3 * c_local, ffn_local_, c})});
+  }
   if (opts_.has_head) {
     picked_rows_ = arena.alloc(i32, {s});
     picked_ = arena.alloc(t, {s, c});
@@ -79,6 +100,66 @@ void GptDecoder::layout_step(Arena& arena) {
     logits_ = arena.alloc(t, {s, vocab_local_});
     logits_f32_ = t == f32 ? logits_ : arena.alloc(f32, {s, vocab_local_});
   }
+}
+
+GptOptions GptDecoder::pool_options() const {
+  GptOptions pool = opts_;
+  pool.lora = {.rank = shape_.max_lora_rank, .alpha = 1, .targets = LoraTargetSet{}};
+  return pool;
+}
+
+void GptDecoder::set_adapter(int32_t slot, const ParamStore& adapter, const LoraShape& lora) {
+  if (slot < 0 || slot >= shape_.adapter_slots || lora.rank < 1 ||
+      lora.rank > shape_.max_lora_rank) {
+    throw std::logic_error(fmt::format("GptDecoder: adapter slot {} of {}, rank {} of at most {}",
+                                       slot, shape_.adapter_slots, lora.rank,
+                                       shape_.max_lora_rank));
+  }
+  GptOptions own = opts_;
+  own.lora = lora;
+  const std::vector<LoraLayerParams> from = lora_layer_index(own);
+  LoraAdapter& to = adapters_[static_cast<size_t>(slot)];
+  to.rank = lora.rank;
+  to.targets = lora.targets;
+  to.scale = static_cast<float>(lora.scale());
+  const LoraAdapter source{.store = &adapter, .rank = lora.rank, .targets = lora.targets};
+  for (size_t l = 0; l < from.size(); ++l) {
+    const LoraLayerParams& pool = ix_.layers[l].lora;
+    for (LoraTarget t : kLoraTargets) {
+      if (!lora.targets.has(t)) continue;
+      const auto i = static_cast<size_t>(t);
+      backend_.copy(to.a(pool.a[i]), source.a(from[l].a[i]));
+      backend_.copy(to.b(pool.b[i]), source.b(from[l].b[i]));
+    }
+  }
+}
+
+void GptDecoder::clear_adapter(int32_t slot) {
+  if (has_adapter(slot)) adapters_[static_cast<size_t>(slot)].rank = 0;
+}
+
+bool GptDecoder::has_adapter(int32_t slot) const {
+  return slot >= 0 && slot < shape_.adapter_slots && adapters_[static_cast<size_t>(slot)].rank > 0;
+}
+
+void GptDecoder::group_adapter_rows(std::span<const DecodeRow> rows,
+                                    std::span<const int32_t> sampled) {
+  auto runs = [this](std::vector<LoraRows>& out, size_t n, auto adapter_of) {
+    out.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t a = adapter_of(i);
+      if (a < 0) continue;
+      if (!out.empty() && out.back().adapter == &adapters_[static_cast<size_t>(a)] &&
+          out.back().begin + out.back().count == static_cast<int64_t>(i)) {
+        ++out.back().count;
+      } else {
+        out.push_back({static_cast<int64_t>(i), 1, &adapters_[static_cast<size_t>(a)]});
+      }
+    }
+  };
+  runs(row_runs_, rows.size(), [&](size_t i) { return rows[i].adapter; });
+  runs(kept_runs_, sampled.size(),
+       [&](size_t k) { return rows[static_cast<size_t>(sampled[k])].adapter; });
 }
 
 void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_t> sampled) {
@@ -93,6 +174,10 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
         r.position >= shape_.cache_positions) {
       throw std::logic_error(fmt::format("GptDecoder: row {} slot {} position {} outside the cache",
                                          i, r.slot, r.position));
+    }
+    if (r.adapter >= 0 && !has_adapter(r.adapter)) {
+      throw std::logic_error(fmt::format("GptDecoder: row {} names adapter slot {}, which is empty",
+                                         i, r.adapter));
     }
     host_tokens_[static_cast<size_t>(i)] = r.token;
     host_positions_[static_cast<size_t>(i)] = r.position;
@@ -131,17 +216,23 @@ void GptDecoder::forward(std::span<const DecodeRow> rows, std::span<const int32_
   }
   // The residual stream is added in place: x is each layer's input and both its residuals.
   Tensor ln = ln_.rows(0, n), mean = mean_.rows(0, n), rstd = rstd_.rows(0, n);
-  const LayerTensors layer{.input = x, .ln1 = ln, .ln1_full = ln, .ln1_mean = mean,
+  LayerTensors layer{.input = x, .ln1 = ln, .ln1_full = ln, .ln1_mean = mean,
                            .ln1_rstd = rstd, .qkv = qkv_.rows(0, n), .atty = atty_.rows(0, n),
                            .probs = Tensor{}, .residual2 = x, .ln2 = ln, .ln2_full = ln,
                            .ln2_mean = mean, .ln2_rstd = rstd, .fch = fch_.rows(0, n),
                            .fch_gelu = fch_gelu_.rows(0, n), .residual3 = x,
                            .proj_full = proj_.rows(0, n), .proj_part = proj_.rows(0, n)};
+  if (shape_.adapter_slots > 0) {
+    group_adapter_rows(rows, sampled);
+    layer.lora_rows = row_runs_;
+    layer.lora_h = {lora_h_, lora_h_, lora_h_, lora_h_};  // each map's h is used at once
+    layer.lora_scratch = lora_scratch_;
+  }
   for (size_t l = 0; l < ix_.layers.size(); ++l) {
     const bool last = l + 1 == ix_.layers.size();
     KvCacheAttention attention(k_cache_[l], v_cache_[l], rows_.rows(0, n),
                                {.rows = picked_rows_, .input = picked_, .atty = picked_atty_,
-                                .count = compact && last ? s : -1});
+                                .count = compact && last ? s : -1, .lora_rows = kept_runs_});
     transformer_layer_forward(context, ix_.layers[l], attention, layer);
   }
   if (!opts_.has_head || sampled.empty()) return;

@@ -43,14 +43,14 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
                    lora_ ? GradBuffer::none : GradBuffer::allocated);
   if (lora_) {
     adapters_.allocate(backend_, opts_.compute_dtype, opts_.flat_multiple);
-    lora_ctx_ = std::make_unique<LoraContext>(LoraContext{
-        adapters_, static_cast<float>(opts_.lora.scale()), Tensor{}});
+    adapter_ = {.store = &adapters_, .rank = opts_.lora.rank, .targets = opts_.lora.targets,
+                .scale = static_cast<float>(opts_.lora.scale())};
+    every_row_ = {.begin = 0, .count = opts_.micro_batch * opts_.seq, .adapter = &adapter_};
   }
   Arena counting;
   layout_activations(counting);
   acts_arena_ = backend_.device().make_arena(counting.used(), "activations");
   layout_activations(acts_arena_);
-  if (lora_) lora_ctx_->scratch = lora_scratch_;
   if (sp_) {
     region_ = TensorParallelRegion(backend_, tp_, {.batch = opts_.micro_batch, .seq = opts_.seq,
                                                    .width = cfg_.d_model, .stage = sp_stage_});
@@ -273,6 +273,10 @@ void GptModel::layout_activations(Arena& arena) {
       la.input = l > 0 ? slot.layers[l - 1].residual3 : slot.encoded;
       la.proj_full = proj_out_;
       la.proj_part = proj_part_;
+      if (lora_) {
+        la.lora_rows = std::span<const LoraRows>(&every_row_, 1);
+        la.lora_scratch = lora_scratch_;
+      }
     }
   }
 }
@@ -389,7 +393,7 @@ void GptModel::lora_backward(LoraTarget target, const LayerParams& p, Tensor dou
   // dh = dout B, dB += dout^T h (h already holds scale x (x A^T)); then the scale's share.
   backend_.linear_bwd(lora_dh_, adapters_.grad(b_ix), Tensor{}, dout, a.lora_h[i],
                       adapters_.weight(b_ix));
-  backend_.scale(lora_dh_, lora_ctx_->scale);
+  backend_.scale(lora_dh_, adapter_.scale);
   // dx += dh A, dA += dh^T x. Column-parallel: dh, dA and dx are partial sums over tp (dA's
   // by its ParamInfo, dx with the base map's input gradient). Row-parallel: all exact.
   const Tensor share = lora_scratch_.rows(0, dx.numel()).view({lora_dh_.dim(0), dx.numel() / lora_dh_.dim(0)});

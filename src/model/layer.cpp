@@ -60,6 +60,7 @@ bool KvCacheAttention::forward(Backend& backend, LayerTensors& t) {
   backend.token_embedding_fwd(keep_.atty.rows(0, n), rows, t.atty, 0);
   t.input = t.residual2 = t.residual3 = keep_.input.rows(0, n);
   t.atty = keep_.atty.rows(0, n);
+  t.lora_rows = keep_.lora_rows;
   for (Tensor* later : {&t.ln2, &t.ln2_full, &t.ln2_mean, &t.ln2_rstd, &t.fch, &t.fch_gelu,
                         &t.proj_full, &t.proj_part}) {
     *later = later->rows(0, n);
@@ -67,22 +68,50 @@ bool KvCacheAttention::forward(Backend& backend, LayerTensors& t) {
   return true;
 }
 
-void lora_forward(const LayerContext& ctx, LoraTarget target, const GptLayerParams& p, Tensor x,
-                  Tensor out, Tensor h) {
-  if (!ctx.lora || !p.lora.has(target)) return;
+namespace {
+
+// The leading rows x cols of a row-major matrix's memory, as a [rows, cols] matrix: a pool
+// slot's A and B for an adapter of lower rank than the slot's, and h's rows for it.
+Tensor leading(Tensor m, int64_t rows, int64_t cols) {
+  if (m.dim(0) == rows && m.dim(-1) == cols) return m;
+  return m.view({m.numel()}).rows(0, rows * cols).view({rows, cols});
+}
+// A tensor's rows as a matrix [rows, last dim].
+Tensor as_matrix(Tensor t) { return t.view({t.numel() / t.dim(-1), t.dim(-1)}); }
+
+}  // namespace
+
+Tensor LoraAdapter::a(int param) const {
+  const Tensor m = store->weight(param);
+  return leading(m, rank, m.dim(1));
+}
+Tensor LoraAdapter::b(int param) const {
+  const Tensor m = store->weight(param);
+  return leading(m, m.dim(0), rank);
+}
+
+void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
+                  const LoraLayerParams& p, Tensor x, Tensor out, Tensor h) {
   const auto i = static_cast<size_t>(target);
+  if (t.lora_rows.empty() || !p.has(target)) return;
   Backend& be = ctx.backend;
-  const ParamStore& ad = ctx.lora->adapters;
-  be.linear_fwd(h, x, ad.weight(p.lora.a[i]), Tensor{});
   const bool row_parallel = target == LoraTarget::proj || target == LoraTarget::fc2;
-  if (row_parallel) ctx.tp.all_reduce(h);
-  be.scale(h, ctx.lora->scale);
-  if (row_parallel && !ctx.tp.counts_row_parallel_terms()) return;
-  const Tensor b = ad.weight(p.lora.b[i]);
-  const int64_t rows = h.dim(0), width = b.dim(0);
-  const Tensor added = ctx.lora->scratch.rows(0, rows * width).view({rows, width});
-  be.linear_fwd(added, h, b, Tensor{});
-  be.add(out, out, added);
+  const Tensor xm = as_matrix(x), outm = as_matrix(out);
+  for (const LoraRows& range : t.lora_rows) {
+    const LoraAdapter& ad = *range.adapter;
+    if (range.count == 0 || !ad.targets.has(target)) continue;
+    const int64_t r = ad.rank, n = range.count;
+    const Tensor a = ad.a(p.a[i]), b = ad.b(p.b[i]);
+    const Tensor hr = leading(h.rows(range.begin, n), n, r);
+    be.linear_fwd(hr, xm.rows(range.begin, n), a, Tensor{});
+    if (row_parallel) ctx.tp.all_reduce(hr);
+    be.scale(hr, ad.scale);
+    if (row_parallel && !ctx.tp.counts_row_parallel_terms()) continue;
+    const Tensor added = leading(t.lora_scratch, n, b.dim(0));
+    be.linear_fwd(added, hr, b, Tensor{});
+    const Tensor target_rows = outm.rows(range.begin, n);
+    be.add(target_rows, target_rows, added);
+  }
 }
 
 void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
@@ -95,25 +124,27 @@ void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
                    ctx.layernorm_eps);
   tp.gather(t.ln1, t.ln1_full);
   be.linear_fwd(t.qkv, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
-  lora_forward(ctx, LoraTarget::qkv, p, t.ln1_full, t.qkv, t.lora_h[0]);
+  lora_forward(ctx, t, LoraTarget::qkv, p.lora, t.ln1_full, t.qkv, t.lora_h[0]);
   if (!attention.forward(be, t)) return;
   be.linear_fwd(t.proj_full, t.atty, W(p.proj_w), tp.row_parallel_bias(W(p.proj_b)));
-  lora_forward(ctx, LoraTarget::proj, p, t.atty, t.proj_full, t.lora_h[1]);
+  lora_forward(ctx, t, LoraTarget::proj, p.lora, t.atty, t.proj_full, t.lora_h[1]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual2, t.input, t.proj_part);
   // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
   be.layernorm_fwd(t.ln2, t.ln2_mean, t.ln2_rstd, t.residual2, W(p.ln2_w), W(p.ln2_b),
                    ctx.layernorm_eps);
   tp.gather(t.ln2, t.ln2_full);
-  if (ctx.lora && p.lora.has(LoraTarget::fc1)) {  // the adapter joins before the GELU
+  bool fc1_adapted = false;  // the adapter joins before the GELU
+  for (const LoraRows& range : t.lora_rows) fc1_adapted |= range.adapter->targets.has(LoraTarget::fc1);
+  if (fc1_adapted && p.lora.has(LoraTarget::fc1)) {
     be.linear_fwd(t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
-    lora_forward(ctx, LoraTarget::fc1, p, t.ln2_full, t.fch, t.lora_h[2]);
+    lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch, t.lora_h[2]);
     be.gelu_fwd(t.fch_gelu, t.fch);
   } else {
     be.linear_gelu_fwd(t.fch_gelu, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
   }
   be.linear_fwd(t.proj_full, t.fch_gelu, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
-  lora_forward(ctx, LoraTarget::fc2, p, t.fch_gelu, t.proj_full, t.lora_h[3]);
+  lora_forward(ctx, t, LoraTarget::fc2, p.lora, t.fch_gelu, t.proj_full, t.lora_h[3]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual3, t.residual2, t.proj_part);
 }

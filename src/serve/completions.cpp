@@ -130,6 +130,16 @@ int64_t CompletionRequest::prompt_tokens() const {
   return total;
 }
 
+ApiError model_not_found(const json& given, const ServedModel& model) {
+  std::string served = fmt::format("\"{}\"", model.name);
+  if (model.adapters) {
+    for (const AdapterEntry& e : model.adapters->served()) served += fmt::format(", \"{}\"", e.name);
+  }
+  return ApiError(404, "model", fmt::format("The model {} does not exist; this server serves {}",
+                                            quote(given), served),
+                  "invalid_request_error", "model_not_found");
+}
+
 void parse_shared_fields(const json& body, const ServedModel& model,
                          const std::vector<std::string>& known, CompletionRequest& r) {
   for (const auto& [key, value] : body.items()) {
@@ -141,10 +151,10 @@ void parse_shared_fields(const json& body, const ServedModel& model,
   const json* m = optional(body, "model");
   if (!m) bad("model", fmt::format("is required: \"{}\"", model.name));
   if (!m->is_string()) bad("model", fmt::format("expected a string, got {}", quote(*m)));
-  if (m->get_ref<const std::string&>() != model.name) {
-    throw ApiError(404, "model", fmt::format("The model {} does not exist; this server serves "
-                                             "\"{}\"", quote(*m), model.name),
-                   "invalid_request_error", "model_not_found");
+  r.model = m->get<std::string>();
+  if (r.model != model.name) {
+    r.adapter = model.adapters ? model.adapters->acquire(r.model) : nullptr;
+    if (!r.adapter) throw model_not_found(*m, model);
   }
   r.n = integer_in(body, "n", 1, 1, kMaxN);
   r.sampling.temperature = number_in(body, "temperature", 1.0, 0, 2);
@@ -235,6 +245,7 @@ GenerationRequest generation_request(const CompletionRequest& r, int64_t sequenc
   g.sampling = r.sampling;
   g.stream = static_cast<uint64_t>(sequence % r.best_of);
   g.stop_at_eos = !r.ignore_eos;
+  g.adapter = r.adapter ? r.adapter->slot() : -1;
   // The first echoed token has no logprob: the scores start at the one after it.
   if (r.echo && r.logprobs) g.score_prompt_from = static_cast<int64_t>(r.shown_from[prompt]) + 1;
   return g;

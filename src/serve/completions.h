@@ -5,10 +5,12 @@
 // (server.cpp has both). docs/serve.md describes the fields.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "adapters.h"
 #include "choice.h"
 #include "jumbo/data/chat_template.h"
 #include "jumbo/data/tokenizer.h"
@@ -36,6 +38,8 @@ struct ServedModel {
   // before it is tokenized (context x the longest piece's bytes).
   int64_t max_prompt_bytes = 0;
   std::optional<ChatTemplate> chat_template;
+  // The LoRA adapters served over the base, which a request's "model" may name (adapters.h).
+  AdapterTable* adapters = nullptr;
 };
 
 // One request of either endpoint, ready to run.
@@ -54,6 +58,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;     // vLLM's extension: EOS is a token like any other (benchmarks)
+  std::string model;           // "model": the base's name or an adapter's
+  // An adapter's: the hold on it while the request lives (adapters.h); null for the base.
+  std::shared_ptr<const AdapterUse> adapter;
   int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * best_of; }
   int64_t prompt_tokens() const;
 };
@@ -65,6 +72,8 @@ CompletionRequest parse_completion_request(const std::string& body, const Served
 
 // The fields both endpoints share (model, sampling, n, stop, seed, penalties, stream...).
 // `known` lists the endpoint's fields, for the unknown-field error.
+// 404 model_not_found for a "model" that is neither the base nor an adapter (names them).
+ApiError model_not_found(const json& given, const ServedModel& model);
 void parse_shared_fields(const json& body, const ServedModel& model,
                          const std::vector<std::string>& known, CompletionRequest& r);
 // After the prompts are known: n x prompts, and the engine's own rules with field names.

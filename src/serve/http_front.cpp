@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 
+#include "adapter_routes.h"
 #include "chat.h"
 #include "completions.h"
 #include "jumbo/config/config.h"
@@ -39,13 +40,14 @@ const std::map<std::string, std::string>& routes() {
   static const std::map<std::string, std::string> r = {
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
       {"/tokenize", "POST"},       {"/detokenize", "POST"},          {"/health", "GET"},
-      {"/metrics", "GET"}};
+      {"/metrics", "GET"},         {"/v1/adapters", "POST"}};
   return r;
 }
 
 std::string route_of(const std::string& path) {
   if (routes().contains(path)) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  if (path.starts_with("/v1/adapters/")) return "/v1/adapters/{name}";
   return "";
 }
 
@@ -137,17 +139,18 @@ class HttpFront {
       generate(req, res, serve::Endpoint::chat);
     }));
     http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(serve::dump({{"object", "list"}, {"data", json::array({model_json()})}}),
-                      "application/json");
+      res.set_content(serve::dump(serve::models_list_json(model_, created_)), "application/json");
     }));
     http.Get(R"(/v1/models/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      const std::string id = req.matches[1];
-      if (id != model_.name) {
-        throw ApiError(404, "model", fmt::format("The model {} does not exist; this server serves "
-                                                 "\"{}\"", serve::quote(json(id)), model_.name),
-                       "invalid_request_error", "model_not_found");
-      }
-      res.set_content(serve::dump(model_json()), "application/json");
+      res.set_content(serve::dump(serve::model_json_of(model_, created_, req.matches[1])),
+                      "application/json");
+    }));
+    http.Post("/v1/adapters", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(serve::dump(serve::post_adapter(req.body, model_, queue_)), "application/json");
+    }));
+    http.Delete(R"(/v1/adapters/(.+))", guarded([this](const httplib::Request& req, httplib::Response& res) {
+      res.set_content(serve::dump(serve::delete_adapter(req.matches[1], model_, queue_)),
+                      "application/json");
     }));
     http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
       tokenize(req, res);
@@ -246,18 +249,10 @@ class HttpFront {
     res.set_header("Access-Control-Allow-Origin", origin);
     if (origin != "*") res.set_header("Vary", "Origin");
     if (req.method == "OPTIONS") {
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
       res.set_header("Access-Control-Max-Age", "600");
     }
-  }
-
-  json model_json() const {
-    return {{"id", model_.name},
-            {"object", "model"},
-            {"created", created_},
-            {"owned_by", "jumbo"},
-            {"max_model_len", model_.shape.cache_positions}};
   }
 
   json health_json() const {
@@ -282,7 +277,7 @@ class HttpFront {
                         : serve::parse_completion_request(req.body, model_, tokenizer_);
     if (!job->request.seeded) job->request.sampling.seed = next_seed_++;
     job->head = {random_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
-                 model_.name};
+                 job->request.model};
     t_access.id = job->head.id;
     t_access.prompt_tokens = job->request.prompt_tokens();
     for (int64_t c = 0; c < job->request.sequences(); ++c) {
@@ -413,15 +408,18 @@ class HttpFront {
         break;
       case 404:
         if (!route.empty()) {
-          const std::string allowed = route == "/v1/models/{id}" ? "GET" : routes().at(route);
+          const std::string allowed = route == "/v1/models/{id}"       ? "GET"
+                                      : route == "/v1/adapters/{name}" ? "DELETE"
+                                                                       : routes().at(route);
           res.status = 405;
           res.set_header("Allow", allowed);
           message = fmt::format("{} {}: method not allowed (use {})", req.method.substr(0, 32),
                                 serve::quote(json(path)), allowed);
         } else {
           message = fmt::format("no route {} {} (jumbo serves POST /v1/completions, POST "
-                                "/v1/chat/completions, GET /v1/models, POST /tokenize, POST "
-                                "/detokenize, GET /health, GET /metrics)",
+                                "/v1/chat/completions, GET /v1/models, POST /v1/adapters, "
+                                "DELETE /v1/adapters/NAME, POST /tokenize, POST /detokenize, GET "
+                                "/health, GET /metrics)",
                                 req.method.substr(0, 32), serve::quote(json(path)));
         }
         break;

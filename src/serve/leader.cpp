@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
+
+#include "jumbo/config/config.h"
 
 namespace jumbo::serve {
 
@@ -21,9 +24,23 @@ void JobQueue::cancel(Job& job) {
   wake.notify_one();
 }
 
+void AdapterLoad::answer(int status_code, std::string message, AdapterEntry loaded) {
+  {
+    std::lock_guard lock(mu);
+    status = status_code;
+    error = std::move(message);
+    entry = std::move(loaded);
+    answered = true;
+  }
+  changed.notify_all();
+}
+
 Leader::Leader(GenerationEngine& engine, int32_t eos_id, JobQueue& queue, ServeMetrics& metrics,
-               std::function<bool()> stop_requested, std::function<void()> stop_listening)
-    : scheduler_(engine, eos_id),
+               AdapterTable& adapters, std::function<bool()> stop_requested,
+               std::function<void()> stop_listening)
+    : engine_(engine),
+      adapters_(adapters),
+      scheduler_(engine, eos_id),
       slots_(engine.shape().cache_slots),
       cache_positions_(engine.shape().cache_slots * engine.shape().cache_positions),
       queue_(queue),
@@ -34,10 +51,11 @@ Leader::Leader(GenerationEngine& engine, int32_t eos_id, JobQueue& queue, ServeM
 void Leader::run() {
   for (;;) {
     std::vector<std::shared_ptr<Job>> starting;
+    std::deque<std::shared_ptr<AdapterLoad>> loads;
     bool stop_now = false;
     {
       std::unique_lock lock(queue_.mu);
-      if (scheduler_.idle() && queue_.jobs.empty()) {
+      if (scheduler_.idle() && queue_.jobs.empty() && queue_.adapter_loads.empty()) {
         if (queue_.closing) break;
         // Timed: the stop signal is polled, not notified.
         queue_.wake.wait_for(lock, std::chrono::milliseconds(100));
@@ -53,7 +71,10 @@ void Leader::run() {
         queue_.jobs.pop_front();
       }
       set_free_slots(taken);
+      loads.swap(queue_.adapter_loads);
     }
+    for (auto& load : loads) load_adapter(*load);
+    free_removed_adapters();
     if (stop_now) {
       log_line("jumbo serve: stopping: no new requests, finishing those accepted\n");
       stop_listening_();
@@ -67,7 +88,47 @@ void Leader::run() {
     std::lock_guard lock(queue_.mu);
     set_free_slots(scheduler_.running() + scheduler_.waiting());
   }
+  std::deque<std::shared_ptr<AdapterLoad>> late;  // asked for as the server stopped
+  {
+    std::lock_guard lock(queue_.mu);
+    late.swap(queue_.adapter_loads);
+  }
+  for (auto& load : late) load->answer(503, "the server is stopping");
   publish_gauges();
+}
+
+void Leader::load_adapter(AdapterLoad& load) {
+  if (queue_.closing) return load.answer(503, "the server is stopping");
+  if (adapters_.has_name(load.name)) {
+    return load.answer(409, fmt::format("an adapter named \"{}\" is served (or being removed): "
+                                        "DELETE it first, or choose another name", load.name));
+  }
+  const int32_t slot = adapters_.free_slot();
+  if (slot < 0) {
+    return load.answer(409, fmt::format("every adapter slot is taken (--max-adapters {}): DELETE "
+                                        "/v1/adapters/NAME frees one once its requests finish",
+                                        adapters_.slots()));
+  }
+  try {
+    AdapterEntry e{load.name, load.path, slot, engine_.load_adapter(slot, load.path),
+                   static_cast<int64_t>(std::time(nullptr))};
+    adapters_.add(e);
+    log_line(fmt::format("jumbo serve: adapter {} loaded from {} (slot {}, LoRA rank {})\n",
+                         e.name, e.path, slot, e.lora.rank));
+    load.answer(200, "", std::move(e));
+  } catch (const UserError& err) {
+    log_line(fmt::format("jumbo serve: adapter {} not loaded: {}\n", load.name, err.what()));
+    load.answer(400, err.what());
+  }
+}
+
+void Leader::free_removed_adapters() {
+  for (int32_t slot : adapters_.removable()) {
+    if (scheduler_.uses_adapter(slot)) continue;  // a cancelled request's sequence, this step
+    engine_.remove_adapter(slot);
+    adapters_.forget(slot);
+    log_line(fmt::format("jumbo serve: adapter slot {} freed\n", slot));
+  }
 }
 
 void Leader::set_free_slots(int64_t taken) {
@@ -85,6 +146,9 @@ void Leader::publish_gauges() {
   g.slots = slots_;
   g.cached_positions = scheduler_.cached_positions();
   g.cache_positions = cache_positions_;
+  g.adapters = static_cast<int64_t>(adapters_.served().size());
+  g.adapter_slots = adapters_.slots();
+  g.mixed_adapter_steps = scheduler_.mixed_steps();
   metrics_.set_engine(g);
 }
 

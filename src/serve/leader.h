@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "adapters.h"
 #include "completions.h"
 #include "jumbo/infer/engine.h"
 #include "metrics.h"
@@ -46,11 +47,25 @@ struct Job {
   bool done() const { return cancelled || finished == choices.size(); }
 };
 
+// POST /v1/adapters: an adapter to load, and the leader's answer (status 200 with the entry,
+// or an error status and message); the handler waits for `answered`.
+struct AdapterLoad {
+  std::string name, path;
+  std::mutex mu;
+  std::condition_variable changed;
+  bool answered = false;  // under mu, as the rest of the answer
+  int status = 200;
+  std::string error;
+  AdapterEntry entry;
+  void answer(int status_code, std::string message, AdapterEntry loaded = {});
+};
+
 // What /health and /metrics report of the leader, and the wait line.
 struct JobQueue {
   std::mutex mu;
   std::condition_variable wake;  // the main thread: a job arrived, one was cancelled
   std::deque<std::shared_ptr<Job>> jobs;
+  std::deque<std::shared_ptr<AdapterLoad>> adapter_loads;  // loaded between engine steps
   size_t max_jobs = 64;
   // Slots the main thread will fill at its next step, as of its last look. A request that
   // arrives during a step and will take one of them is not waiting, so it does not count
@@ -70,7 +85,8 @@ struct JobQueue {
 class Leader {
  public:
   Leader(GenerationEngine& engine, int32_t eos_id, JobQueue& queue, ServeMetrics& metrics,
-         std::function<bool()> stop_requested, std::function<void()> stop_listening);
+         AdapterTable& adapters, std::function<bool()> stop_requested,
+         std::function<void()> stop_listening);
   void run();
 
  private:
@@ -79,7 +95,13 @@ class Leader {
   bool on_token(Job& job, size_t choice, const TokenEvent& e);
   void sweep_cancelled();
   void publish_gauges();
+  // Between steps: adapters asked for are loaded into free slots, and those marked for
+  // removal that nothing uses any more are freed.
+  void load_adapter(AdapterLoad& load);
+  void free_removed_adapters();
 
+  GenerationEngine& engine_;
+  AdapterTable& adapters_;
   Scheduler scheduler_;
   int64_t slots_;
   int64_t cache_positions_;

@@ -105,6 +105,13 @@ std::string ServeMetrics::render() const {
                      number(g.cache_positions ? static_cast<double>(g.cached_positions) /
                                                     static_cast<double>(g.cache_positions)
                                               : 0.0));
+  family("jumbo_adapters", "gauge", "LoRA adapters served over the base.");
+  out += fmt::format("jumbo_adapters {}\n", g.adapters);
+  family("jumbo_adapter_slots", "gauge", "LoRA adapter slots (--max-adapters).");
+  out += fmt::format("jumbo_adapter_slots {}\n", g.adapter_slots);
+  family("jumbo_mixed_adapter_steps_total", "counter",
+         "Engine steps whose rows ran more than one model (adapters, or adapters and the base).");
+  out += fmt::format("jumbo_mixed_adapter_steps_total {}\n", g.mixed_adapter_steps);
   return out;
 }
 

@@ -34,6 +34,8 @@ class Histogram {
 struct EngineGauges {
   int64_t queued = 0, running = 0, waiting = 0, slots = 0;
   int64_t cached_positions = 0, cache_positions = 0;  // KV-cache positions in use, of all
+  int64_t adapters = 0, adapter_slots = 0;  // LoRA adapters served, of the slots
+  int64_t mixed_adapter_steps = 0;          // engine steps that ran more than one model
 };
 
 class ServeMetrics {

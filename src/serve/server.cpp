@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <ctime>
 
 #include "http_front.h"
 #include "jumbo/config/config.h"
@@ -88,8 +89,13 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
     return UserError("jumbo serve: " + message);
   };
   if (const std::string problem = options_problem(opts); !problem.empty()) throw refuse(problem);
+  serve::AdapterTable adapters(engine.shape().adapter_slots);
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  for (const ServedAdapter& a : opts.adapters) {
+    adapters.add({a.name, a.path, a.slot, a.lora, now});
+  }
   serve::ServedModel model{opts.model_name, engine.shape(), engine.sampled_vocab(), 0,
-                           opts.chat_template};
+                           opts.chat_template, &adapters};
   model.max_prompt_bytes = engine.shape().cache_positions * longest_piece_bytes(tokenizer);
   JobQueue queue;
   queue.max_jobs = static_cast<size_t>(opts.max_queue);
@@ -121,8 +127,13 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
                              "address of this machine)", opts.host, opts.port));
   }
   serve::log_line(
-      fmt::format("jumbo serve: model {}, context {} tokens, {} sequences at once{}{}{}\n",
+      fmt::format("jumbo serve: model {}, context {} tokens, {} sequences at once{}{}{}{}\n",
                   model.name, model.shape.cache_positions, model.shape.cache_slots,
+                  model.shape.adapter_slots == 0
+                      ? ""
+                      : fmt::format(", {} of {} adapter slots (LoRA rank <= {})",
+                                    opts.adapters.size(), model.shape.adapter_slots,
+                                    model.shape.max_lora_rank),
                   model.chat_template ? ", chat template " + model.chat_template->source : "",
                   opts.api_keys.empty() ? "" : fmt::format(", {} API key(s)", opts.api_keys.size()),
                   tls ? ", TLS" : ""),
@@ -143,7 +154,7 @@ int serve_completions(GenerationEngine& engine, const Tokenizer& tokenizer,
     throw refuse(fmt::format("--host {} --port {}: cannot listen there", opts.host, port));
   }
   try {
-    serve::Leader(engine, tokenizer.eos_id(), queue, metrics, opts.stop_requested,
+    serve::Leader(engine, tokenizer.eos_id(), queue, metrics, adapters, opts.stop_requested,
                   [&http] { http.stop(); })
         .run();
   } catch (...) {

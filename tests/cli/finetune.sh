@@ -12,7 +12,8 @@
 #   - LoRA (rank 4 on every map): the first step is the base's exactly (B starts at zero); tp 2
 #     x pp 2 x dp 2 with ZeRO-1 and sequence parallelism equals one rank within 1e-5; a resume
 #     is bit-identical; the checkpoint holds the adapters alone; merged into the base it gives
-#     the LoRA run's validation loss within 1e-5;
+#     the LoRA run's validation loss within 1e-5, and so does `eval --adapter` (unmerged, one
+#     rank and tp 2 x pp 2);
 #   - user mistakes: a model of another shape, prompt-completion lines without a completion,
 #     a text file as prompt-completion input: exit 2, one line.
 # Usage: finetune.sh JUMBO REPO
@@ -194,6 +195,26 @@ merged = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["data"]["
 assert abs(val - merged) <= 1e-5 * abs(val), (val, merged)
 print(f"merged: eval loss {merged!r}, the LoRA run's val_loss {val!r}")
 EOF2
+# Unmerged: eval --adapter runs the frozen base with the adapters (one rank, and tp 2 x pp 2
+# reading the adapters saved at tp 1), the same loss.
+"$jumbo" eval --checkpoint "$tmp/base" --adapter "$tmp/lora_unbroken" --data "$tmp/data" \
+  --windows 4 >"$tmp/adapter_eval.log" 2>&1 || { cat "$tmp/adapter_eval.log"; fail "eval --adapter"; }
+mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/base" --adapter "$tmp/lora_unbroken" --tp 2 --pp 2 \
+  --data "$tmp/data" --windows 4 >"$tmp/adapter_eval4.log" 2>&1 ||
+  { cat "$tmp/adapter_eval4.log"; fail "eval --adapter --tp 2 --pp 2"; }
+$py - "$tmp/merged_eval.log" "$tmp/adapter_eval.log" "$tmp/adapter_eval4.log" <<'EOF2' ||
+import json, sys
+merged, one, grid = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:4])
+assert one["adapter"].endswith("lora_unbroken/step_00000004"), one["adapter"]
+for run in (one, grid):
+    got, want = run["data"]["loss"], merged["data"]["loss"]
+    assert abs(got - want) <= 1e-5 * abs(want), (run["layout"], got, want)
+print(f"eval --adapter: loss {one['data']['loss']!r} (tp2 x pp2 {grid['data']['loss']!r}), "
+      f"merged {merged['data']['loss']!r}")
+EOF2
+  fail "eval --adapter differs from the merged checkpoint"
+expect_error eval_full_adapter "--adapter .*padded.*: not a LoRA checkpoint" \
+  "$jumbo" eval --checkpoint "$tmp/base" --adapter "$tmp/padded" --data "$tmp/data" --windows 1
 expect_error merge_full "--adapter .*padded: not a LoRA checkpoint" \
   "$jumbo" ckpt merge --adapter "$tmp/padded" -o "$tmp/merged_again"
 expect_error lora_no_base "finetune.method = \"lora\" but train.init_from is empty" \

@@ -84,6 +84,10 @@ Manifest parse_manifest(const std::string& text, const std::string& where);
 // The model of the checkpoint must be the run's model: one line naming the first differing key.
 void check_manifest_model(const Manifest& m, const ModelConfig& run, const std::string& where,
                           const std::string& run_source);
+// A LoRA checkpoint's adapters run on `base` only if it is the base they were trained on (its
+// init_from fingerprint) and the same model: one line naming the adapter's `where` otherwise.
+void check_adapter_base(const Manifest& adapter, const std::string& adapter_where,
+                        const Manifest& base, const std::string& base_where);
 
 // One rank's contribution to the manifest: its file and the pieces it holds (JSON text).
 std::string shard_record_to_json(const ShardFileInfo& file, const std::vector<TensorPiece>& pieces);

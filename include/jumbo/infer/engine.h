@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
@@ -53,6 +54,16 @@ class GenerationEngine {
                    std::shared_ptr<Comm> world);
   // Collective: this rank's stage weights from the checkpoint (any layout it was saved in).
   void load(const ResolvedCheckpoint& ckpt);
+  // LoRA adapters over the base (opts.shape.adapter_slots of them; model/decoder.h). Collective:
+  // every rank calls it, or world rank 0 does while the others are in follow(). The adapter
+  // checkpoint at `path` into `slot` (rank 0's arguments), checked against the loaded base
+  // (check_adapter_base) and read by every stage in any layout it was saved in. Throws
+  // UserError on world rank 0, naming the path, when it cannot be loaded (on every rank
+  // alike; the slot is then empty and nothing else changed). Returns the adapter's shape.
+  LoraShape load_adapter(int32_t slot, const std::string& path);
+  // Collective as load_adapter: the slot is empty from the next step.
+  void remove_adapter(int32_t slot);
+  bool has_adapter(int32_t slot) const { return decoder_->has_adapter(slot); }
   // Collective. On world rank 0 `step` is the step to run (ignored elsewhere); returns the
   // picks of step.sampled, in order, on every rank.
   std::vector<TokenPick> step(const EngineStep& step);
@@ -71,14 +82,16 @@ class GenerationEngine {
  private:
   // Runs a step every rank has; returns the picks on every rank.
   std::vector<TokenPick> run(const EngineStep& step);
-  // false: the leader said stop.
-  bool receive_step(EngineStep& step);
+  // Every rank: reads and installs the adapter (load_adapter after the broadcast).
+  LoraShape install_adapter(int32_t slot, const std::string& path);
 
   ModelConfig model_;
   EngineOptions opts_;
   Layout layout_;  // tp x pp, checked against the model and the world
   Backend& backend_;
   std::shared_ptr<Comm> world_;
+  Manifest base_;           // the loaded checkpoint's: what an adapter must have been trained on
+  std::string base_where_;  // its URL
   RankStage stage_;  // the grid, groups and stage plan, as training builds them
   std::unique_ptr<GptDecoder> decoder_;
   Tensor gathered_;                  // [tp, sampled, vocab slice] on the last stage

@@ -47,6 +47,7 @@ class WindowSource {
 struct EvalLayout {
   int64_t tp = 1, pp = 1, micro_batch = 1;  // dp = world / (tp x pp)
   Precision precision = Precision::fp32;
+  LoraShape lora{};  // the adapters' (an adapter checkpoint's manifest), or none
 };
 
 class Evaluator {
@@ -56,6 +57,9 @@ class Evaluator {
   Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t seq, Backend& backend,
             std::shared_ptr<Comm> world);
   void load(const ResolvedCheckpoint& ckpt);
+  // Collective, after load() of its base (with layout.lora its shape): the adapters of a LoRA
+  // checkpoint, checked against the base (check_adapter_base), in any layout they were saved in.
+  void load_adapter(const ResolvedCheckpoint& adapter);
   // Collective: scores every window of `source`. `scored` is called on the ranks that hold
   // the results (the last stage's tp rank 0 of each replica) with a window's index and the
   // losses of its scored targets, in order.
@@ -78,6 +82,8 @@ class Evaluator {
   RankStage stage_;  // the grid, groups and stage plan: the forward half of training's
   std::unique_ptr<GptModel> gpt_;
   std::unique_ptr<PipelineRunner> runner_;
+  Manifest base_;           // what load() read: an adapter's base
+  std::string base_where_;
 };
 
 // A prepared dataset's token stream as windows (read from the memory-mapped dataset).

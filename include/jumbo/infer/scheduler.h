@@ -3,7 +3,8 @@
 // arrival order for a KV-cache slot; each engine step carries one decode row per running
 // sequence and fills the rest of the step's rows with chunks of waiting prompts (chunked
 // prefill), so a request joins at the next step and leaves — freeing its slot — the step it
-// finishes. One thread calls it (the leader's loop); the callers' sinks run on that thread.
+// finishes. Decode rows are grouped by LoRA adapter, so each adapter runs on one block of
+// rows (the engine applies each row's own adapter in any order; blocks make fewer products). One thread calls it (the leader's loop); the callers' sinks run on that thread.
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,6 +29,8 @@ struct GenerationRequest {
   // > 0: also score the prompt's tokens from this position on (OpenAI's echo with logprobs);
   // each score reaches the sink as an event with `prompt` set, in order, before any token.
   int64_t score_prompt_from = 0;
+  // The LoRA adapter's slot in the engine (GenerationEngine::load_adapter), or -1: the base.
+  int32_t adapter = -1;
 };
 
 // What a sink sees after each generated token. `finished` with reason length or stop (EOS,
@@ -60,6 +63,10 @@ class Scheduler {
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // KV-cache positions the running sequences hold.
   int64_t cached_positions() const;
+  // Whether a request not cancelled, waiting or running, runs this adapter slot.
+  bool uses_adapter(int32_t slot) const;
+  // Steps so far whose rows ran more than one model (adapters, or adapters and the base).
+  int64_t mixed_steps() const { return mixed_steps_; }
 
  private:
   struct Sequence {
@@ -83,6 +90,8 @@ class Scheduler {
   std::vector<Sequence> running_;
   std::vector<int32_t> free_slots_;
   EngineStep step_;
+  int64_t mixed_steps_ = 0;
+  std::vector<size_t> decode_order_;  // running indices, grouped by adapter
   std::vector<size_t> sampled_of_;    // running index of each sampled row
   std::vector<int64_t> scored_at_;    // its prompt position when scored, else -1
 };

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/ckpt/resolve.h"
@@ -36,17 +37,33 @@ struct OpenedCheckpoint {
 // missing checkpoint or tokenizer, or a tokenizer with more pieces than model.vocab.
 OpenedCheckpoint open_checkpoint_for(const CheckpointOptions& opts, const std::string& verb);
 
+// A LoRA adapter over the checkpoint: --adapter NAME=PATH (serve), --adapter PATH (generate).
+struct AdapterSpec {
+  std::string name, path;
+};
+
 struct InferenceOptions : CheckpointOptions {
   int64_t max_batch = 8;          // --max-batch: sequences decoded together (KV-cache slots)
   int64_t prefill_chunk = 256;    // --prefill-chunk: prompt tokens a step may add
+  std::vector<AdapterSpec> adapters;  // loaded into adapter slots 0, 1, ... in order
+  int64_t max_adapters = 0;   // --max-adapters: adapter slots; 0 = as many as given
+  int64_t max_lora_rank = 0;  // --max-lora-rank: a slot's; 0 = the largest given, else 16
+};
+
+struct LoadedAdapter {
+  AdapterSpec spec;
+  int32_t slot = -1;
+  LoraShape lora;
 };
 
 struct InferenceSession : OpenedCheckpoint {
   std::unique_ptr<GenerationEngine> engine;
   std::string model_name;  // the checkpoint's model name and step: "tiny@step_00000010"
+  std::vector<LoadedAdapter> adapters;  // in their slots
 };
 
-// Collective: open_checkpoint_for, then the engine with its weights.
+// Collective: open_checkpoint_for, then the engine with its weights and the adapters (each
+// checked against the base; the error names its flag and path).
 InferenceSession open_inference_session(const InferenceOptions& opts, const std::string& verb);
 
 }  // namespace jumbo

@@ -6,7 +6,13 @@
 // parameters as training registers them (gpt_stage_params), without gradients; tensor
 // parallelism splits heads, the MLP and the vocabulary exactly as in training. Everything —
 // weights, the cache, every step's tensors — is allocated once, from the shape.
+//
+// LoRA adapters over the one base (S-LoRA, Sheng et al. 2023; Punica's segmented products):
+// a pool of shape.adapter_slots adapters, each up to shape.max_lora_rank on any of the four
+// maps, allocated once; a row names its adapter's slot, and each run of rows of one adapter
+// applies it (lora_forward), so one step mixes requests of many adapters and the base.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -24,12 +30,15 @@ struct DecodeShape {
   int64_t max_sampled = 1;      // rows a step computes logits for (sequences sampled per step)
   int64_t cache_slots = 1;      // sequences the KV cache holds at once
   int64_t cache_positions = 0;  // positions per sequence; 0 = model.context
+  int64_t adapter_slots = 0;    // LoRA adapters held at once (0: the base alone)
+  int64_t max_lora_rank = 0;    // the largest rank a slot takes (with adapter_slots)
 };
 
 struct DecodeRow {
   int32_t token = 0;     // read on the first stage
   int32_t slot = 0;      // the sequence's KV-cache slot
   int32_t position = 0;  // 0-based position in its sequence
+  int32_t adapter = -1;  // the LoRA adapter's slot, or -1: the base alone
 };
 
 class GptDecoder {
@@ -40,6 +49,13 @@ class GptDecoder {
              Backend& backend, Comm& tp);
 
   ParamStore& params() { return params_; }
+  // Copies this stage's part of an adapter (its store laid out by lora_stage_params for
+  // `lora`, in the compute dtype) into a pool slot, replacing what the slot held; rows may
+  // name the slot from the next step. Throws std::logic_error on a slot outside the pool or a
+  // rank above max_lora_rank (callers check both first).
+  void set_adapter(int32_t slot, const ParamStore& adapter, const LoraShape& lora);
+  void clear_adapter(int32_t slot);
+  bool has_adapter(int32_t slot) const;
   const DecodeShape& shape() const { return shape_; }
   // One step of `rows` through this stage. The first stage embeds their tokens; the others
   // read their input from input(rows.size()). On the last stage the head computes the
@@ -56,6 +72,10 @@ class GptDecoder {
 
  private:
   void layout_step(Arena& arena);
+  // Runs of consecutive rows of one adapter: of the step's rows, and of its sampled rows in
+  // their order (what the last layer keeps).
+  void group_adapter_rows(std::span<const DecodeRow> rows, std::span<const int32_t> sampled);
+  GptOptions pool_options() const;  // the stage's options with a pool slot's LoRA shape
 
   ModelConfig cfg_;
   GptOptions opts_;
@@ -71,6 +91,12 @@ class GptDecoder {
   Tensor x_, pos_emb_, ln_, mean_, rstd_, qkv_, atty_, proj_, fch_, fch_gelu_;
   Tensor picked_, picked_atty_, lnf_, lnf_mean_, lnf_rstd_, logits_, logits_f32_;
   std::vector<int32_t> host_tokens_, host_positions_, host_rows_, host_picked_;
+  // LoRA: the pool (a store per slot, laid out for max_lora_rank on every map), each slot's
+  // adapter as the layers run it (rank 0: empty), the step's row runs, and h / B's output.
+  std::vector<std::unique_ptr<ParamStore>> adapter_pool_;
+  std::vector<LoraAdapter> adapters_;
+  std::vector<LoraRows> row_runs_, kept_runs_;
+  Tensor lora_h_, lora_scratch_;
 };
 
 }  // namespace jumbo

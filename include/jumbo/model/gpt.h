@@ -169,7 +169,7 @@ class GptModel {
   void register_params();
   void layout_activations(Arena& arena);
   LayerContext layer_context() {
-    return {backend_, region_, params_, opts_.layernorm_eps, lora_ ? lora_ctx_.get() : nullptr};
+    return {backend_, region_, params_, opts_.layernorm_eps};
   }
   void block_backward(LayerActs& a, const LayerParams& p);
   // Backward of out += scale B(A(x)) (layer.h's lora_forward) after its base map's: dB, then
@@ -201,7 +201,8 @@ class GptModel {
   ParamStore params_;
   bool lora_ = false;
   ParamStore adapters_;  // LoRA's trained parameters
-  std::unique_ptr<LoraContext> lora_ctx_;
+  LoraAdapter adapter_;   // the adapters as the layers run them
+  LoraRows every_row_;    // a microbatch's rows, all on adapter_
   Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
   Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;

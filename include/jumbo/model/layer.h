@@ -11,6 +11,7 @@
 //   stream is added in place).
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
@@ -68,6 +69,28 @@ class TensorParallelRegion {
   int64_t seq_part_ = 0;
 };
 
+// One LoRA adapter as a layer forward runs it: A and B in `store` (lora_stage_params' layout;
+// a slot of the decoder's adapter pool is laid out for a larger rank and this adapter uses the
+// leading rank x in of A and out x rank of B), its maps, and alpha / r.
+struct LoraAdapter {
+  const ParamStore* store = nullptr;
+  int64_t rank = 0;
+  LoraTargetSet targets = LoraTargetSet::none();
+  float scale = 1;
+  // A map's A [rank, in] and B [out, rank] (LoraLayerParams' indices into `store`): the leading
+  // elements of the stored tensors, which are those when the store has this rank.
+  Tensor a(int param) const;
+  Tensor b(int param) const;
+};
+
+// Rows [begin, begin + count) of a layer's rows run `adapter`: training has one range over
+// every row; a decode step one per run of rows of the same adapter (S-LoRA's batch of many
+// adapters over one base: each row applies its own; rows of the base alone are in none).
+struct LoraRows {
+  int64_t begin = 0, count = 0;
+  const LoraAdapter* adapter = nullptr;
+};
+
 // The tensors one layer reads and writes. `input`, the norms and the residuals are this rank's
 // part of the sequence; ln1_full and ln2_full the gathered inputs of the column-parallel layers
 // (the same tensors without SP); proj_full and proj_part scratch for the row-parallel outputs
@@ -76,16 +99,12 @@ class TensorParallelRegion {
 struct LayerTensors {
   Tensor input, ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
       ln2_mean, ln2_rstd, fch, fch_gelu, residual3, proj_full, proj_part;
-  // LoRA: per target, scale x (x A^T) [N, r], what B's gradient reads.
+  // LoRA: which rows run which adapter (none: the base alone); per target, [N, stored rank]
+  // for scale x (x A^T), what B's gradient reads; and scratch for B's output before it is
+  // added (at least N x the widest map's output, flat, in the compute dtype).
+  std::span<const LoraRows> lora_rows{};
   std::array<Tensor, 4> lora_h{};
-};
-
-// What a layer's LoRA adapters run on: their store, the scale alpha / r, and scratch for B's
-// output before it is added ([N x the widest map's output] in the compute dtype).
-struct LoraContext {
-  const ParamStore& adapters;
-  float scale = 1;
-  Tensor scratch;
+  Tensor lora_scratch;
 };
 
 // The layer's core attention: atty from qkv.
@@ -116,6 +135,7 @@ class KvCacheAttention final : public CoreAttention {
   struct Keep {
     Tensor rows, input, atty;
     int64_t count = -1;  // -1: every row goes on
+    std::span<const LoraRows> lora_rows{};  // the kept rows' adapters, by kept index
   };
   // rows: i32 [n, 2], each query row's (cache slot, position).
   KvCacheAttention(Tensor k_cache, Tensor v_cache, Tensor rows, const Keep& keep)
@@ -133,15 +153,15 @@ struct LayerContext {
   TensorParallelRegion& tp;
   const ParamStore& params;
   float layernorm_eps;
-  const LoraContext* lora = nullptr;  // the layer's adapters (LoRA), or none
 };
 
-// The one rule of a LoRA map's forward, out += scale B(A(x)): for a column-parallel map (x
-// whole, B this rank's output rows) every rank adds its slice; for a row-parallel one (A this
-// rank's input columns) the r-wide partial products are summed over tp and rank 0 adds B's
-// output, so the reduction after the map counts it once. Keeps scale x (x A^T) in h.
-void lora_forward(const LayerContext& ctx, LoraTarget target, const GptLayerParams& p, Tensor x,
-                  Tensor out, Tensor h);
+// The one rule of a LoRA map's forward, out += scale B(A(x)), for each of t.lora_rows' ranges
+// with its adapter: for a column-parallel map (x whole, B this rank's output rows) every rank
+// adds its slice; for a row-parallel one (A this rank's input columns) the r-wide partial
+// products are summed over tp and rank 0 adds B's output, so the reduction after the map
+// counts it once. Keeps scale x (x A^T) in h's rows.
+void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
+                  const LoraLayerParams& p, Tensor x, Tensor out, Tensor h);
 
 // One pre-LayerNorm layer: residual2 = input + proj(attn(qkv(ln1(input)))),
 // residual3 = residual2 + fc2(gelu(fc1(ln2(residual2)))).

@@ -16,6 +16,17 @@
 
 namespace jumbo {
 
+// "" or why `name` cannot name an adapter: 1-128 characters of letters, digits and ._:@-
+// (no /: it is a path segment of /v1/models/{id} and /v1/adapters/{name}).
+std::string adapter_name_problem(const std::string& name);
+
+// An adapter the engine holds from the start (--adapter NAME=PATH), in its slot.
+struct ServedAdapter {
+  std::string name, path;
+  int32_t slot = -1;
+  LoraShape lora;
+};
+
 struct ServeOptions {
   std::string host = "127.0.0.1";  // --host
   int port = 8000;                 // --port: 0 = any free port (printed)
@@ -27,6 +38,7 @@ struct ServeOptions {
   std::optional<ChatTemplate> chat_template;  // --chat-template, else the checkpoint's
   std::string tls_cert, tls_key;              // --tls-cert, --tls-key: HTTPS when both
   std::vector<std::string> cors_origins;      // --cors-origin: "*" or origins; none = no CORS
+  std::vector<ServedAdapter> adapters;        // loaded in the engine before serving
   // Asked between engine steps and while idle: true starts a graceful stop (no new
   // requests; those accepted finish). `jumbo serve` passes the SIGTERM/SIGINT record.
   std::function<bool()> stop_requested;
