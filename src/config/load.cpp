@@ -150,7 +150,8 @@ const std::vector<Section>& schema() {
       {"comm", {JUMBO_FIELD(comm, expect_network)}},
       {"finetune",
        {JUMBO_FIELD(finetune, method), JUMBO_FIELD(finetune, lora_rank),
-        JUMBO_FIELD(finetune, lora_alpha), JUMBO_FIELD(finetune, lora_targets)}},
+        JUMBO_FIELD(finetune, lora_alpha), JUMBO_FIELD(finetune, lora_targets),
+        JUMBO_FIELD(finetune, lora_dropout)}},
   };
   return sections;
 }

@@ -283,6 +283,10 @@ namespace {
 // dp: what the world leaves, or (world_size 0) 1.
 void check_finetune(const Checks& c, const RunConfig& cfg) {
   const FinetuneConfig& f = cfg.finetune;
+  c.require(f.lora_dropout >= 0 && f.lora_dropout < 1, "finetune.lora_dropout = {}: expected 0 <= p < 1",
+            f.lora_dropout);
+  c.require(f.lora_dropout == 0 || f.method == FineTune::lora,
+            "finetune.lora_dropout = {}: only with finetune.method = \"lora\"", f.lora_dropout);
   if (f.method != FineTune::lora) return;
   c.require(f.lora_rank >= 1 && f.lora_rank <= cfg.model.d_model,
             "finetune.lora_rank = {}: expected 1 .. model.d_model = {}", f.lora_rank,

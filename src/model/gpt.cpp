@@ -264,6 +264,8 @@ void GptModel::layout_activations(Arena& arena) {
     // input (C, F/tp): B's output in the forward, dh A in the backward.
     lora_scratch_ = arena.alloc(t, {n * std::max({3 * c_local, ffn_local_, c})});
     lora_dh_ = arena.alloc(t, {n, opts_.lora.rank});
+    // The widest input of a map: C (qkv, fc1), C/tp (proj), F/tp (fc2).
+    if (opts_.lora_dropout > 0) lora_dropped_ = arena.alloc(t, {n * std::max(c, ffn_local_)});
     frozen_norm_w_ = arena.alloc(f32, {c});
     frozen_norm_b_ = arena.alloc(f32, {c});
   }
@@ -276,6 +278,7 @@ void GptModel::layout_activations(Arena& arena) {
       if (lora_) {
         la.lora_rows = std::span<const LoraRows>(&every_row_, 1);
         la.lora_scratch = lora_scratch_;
+        la.lora_dropped = lora_dropped_;
       }
     }
   }
@@ -328,6 +331,13 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
   }
   causal_.positions = s.packed ? s.positions : Tensor{};
   const int64_t base = chunk * opts_.num_layers;
+  if (adapter_.dropout > 0) {  // this microbatch's masks, kept for its recomputation and backward
+    const uint64_t microbatch = derive_seed(derive_seed(*dropout_seed_, static_cast<uint64_t>(chunk)),
+                                            static_cast<uint64_t>(forwards_in_run_[static_cast<size_t>(chunk)]++));
+    for (int64_t l = 0; l < opts_.num_layers; ++l) {
+      s.layers[l].dropout_seed = derive_seed(microbatch, static_cast<uint64_t>(base + l));
+    }
+  }
   auto need = [&](std::initializer_list<int> params) {
     if (weights_needed_) weights_needed_(flat_end(params));
   };
@@ -361,6 +371,12 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
   const int64_t n = losses_.numel();
   backend_.copy(loss_record_.rows(losses_recorded_ * n, n), losses_);
   ++losses_recorded_;
+}
+
+void GptModel::begin_run(std::optional<uint64_t> dropout_seed) {
+  dropout_seed_ = dropout_seed;
+  forwards_in_run_.assign(static_cast<size_t>(opts_.chunks), 0);
+  adapter_.dropout = lora_ && dropout_seed ? opts_.lora_dropout : 0.0f;
 }
 
 double GptModel::take_loss_sum() {
@@ -397,7 +413,15 @@ void GptModel::lora_backward(LoraTarget target, const LayerParams& p, Tensor dou
   // dx += dh A, dA += dh^T x. Column-parallel: dh, dA and dx are partial sums over tp (dA's
   // by its ParamInfo, dx with the base map's input gradient). Row-parallel: all exact.
   const Tensor share = lora_scratch_.rows(0, dx.numel()).view({lora_dh_.dim(0), dx.numel() / lora_dh_.dim(0)});
-  backend_.linear_bwd(share, adapters_.grad(a_ix), Tensor{}, lora_dh_, x, adapters_.weight(a_ix));
+  Tensor input = x;
+  DropoutMask mask;
+  if (adapter_.dropout > 0) {  // the forward's dropped-out input, and its mask on dx's share
+    mask = lora_dropout_mask(adapter_, a.dropout_seed, target, region_, x.dim(-1));
+    input = lora_dropped_.rows(0, x.numel()).view({share.dim(0), share.dim(1)});
+    backend_.dropout(input, x.view({share.dim(0), share.dim(1)}), mask);
+  }
+  backend_.linear_bwd(share, adapters_.grad(a_ix), Tensor{}, lora_dh_, input, adapters_.weight(a_ix));
+  if (adapter_.dropout > 0) backend_.dropout(share, share, mask);
   backend_.add(dx, dx, share);
 }
 

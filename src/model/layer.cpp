@@ -90,6 +90,15 @@ Tensor LoraAdapter::b(int param) const {
   return leading(m, m.dim(0), rank);
 }
 
+DropoutMask lora_dropout_mask(const LoraAdapter& adapter, uint64_t layer_seed, LoraTarget target,
+                              const TensorParallelRegion& tp, int64_t in_local) {
+  const bool row_parallel = target == LoraTarget::proj || target == LoraTarget::fc2;
+  return {.seed = derive_seed(layer_seed, static_cast<uint64_t>(target)),
+          .p = adapter.dropout,
+          .col_offset = row_parallel ? tp.rank() * in_local : 0,
+          .cols_total = row_parallel ? tp.size() * in_local : in_local};
+}
+
 void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
                   const LoraLayerParams& p, Tensor x, Tensor out, Tensor h) {
   const auto i = static_cast<size_t>(target);
@@ -103,7 +112,13 @@ void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget tar
     const int64_t r = ad.rank, n = range.count;
     const Tensor a = ad.a(p.a[i]), b = ad.b(p.b[i]);
     const Tensor hr = leading(h.rows(range.begin, n), n, r);
-    be.linear_fwd(hr, xm.rows(range.begin, n), a, Tensor{});
+    Tensor xs = xm.rows(range.begin, n);
+    if (ad.dropout > 0) {  // training: x A^T of the dropped-out input
+      const Tensor dropped = leading(t.lora_dropped, n, xs.dim(1));
+      be.dropout(dropped, xs, lora_dropout_mask(ad, t.dropout_seed, target, ctx.tp, xs.dim(1)));
+      xs = dropped;
+    }
+    be.linear_fwd(hr, xs, a, Tensor{});
     if (row_parallel) ctx.tp.all_reduce(hr);
     be.scale(hr, ad.scale);
     if (row_parallel && !ctx.tp.counts_row_parallel_terms()) continue;

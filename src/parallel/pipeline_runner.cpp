@@ -42,6 +42,7 @@ const std::vector<PipeOp>& PipelineRunner::schedule(PipelineMode mode, int64_t m
 double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   const std::vector<PipeOp>& ops = schedule(run.mode, run.microbatches);
   const bool train = run.mode == PipelineMode::train;
+  model_.begin_run(train ? run.dropout_seed : std::nullopt);
   // Packed examples: every stage's attention needs the positions, so every rank reads each
   // microbatch once, at its first chunk's forward, and keeps it for the later chunks (grown
   // once, for the largest microbatch count).

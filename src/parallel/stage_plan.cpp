@@ -53,6 +53,7 @@ StepShape step_shape_of(const RunConfig& cfg) {
   s.precision = cfg.train.precision;
   s.eval_microbatches = cfg.train.eval_every > 0 ? cfg.train.eval_batches / cfg.parallel.dp : 0;
   s.lora = cfg.finetune.lora();
+  s.lora_dropout = static_cast<float>(cfg.finetune.lora_dropout);
   return s;
 }
 
@@ -87,6 +88,7 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
   o.recompute = layout.recompute;
   o.sequence_parallel = layout.sequence_parallel;
   o.lora = shape.lora;
+  o.lora_dropout = shape.lora_dropout;
 
   for (ParamInfo& info : o.lora.rank > 0 ? lora_stage_params(model, o, at.tp_rank, layout.tp)
                                          : gpt_stage_params(model, o, at.tp_rank, layout.tp)) {

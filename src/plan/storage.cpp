@@ -43,7 +43,8 @@ std::string shard_file_name(const GridCoords& at) {
   return fmt::format("tp{}-pp{}-dp{}.h5", at.tp_rank, at.pp_rank, at.dp_rank);
 }
 
-CheckpointSize checkpoint_size(const ModelConfig& model, const Layout& layout) {
+CheckpointSize checkpoint_size(const ModelConfig& model, const Layout& layout,
+                               const LoraShape& lora) {
   CheckpointSize size;
   Manifest header;  // serialized with every writer's record, as rank 0 writes it
   header.model = model;
@@ -54,7 +55,7 @@ CheckpointSize checkpoint_size(const ModelConfig& model, const Layout& layout) {
     for (int64_t tp = 0; tp < layout.tp; ++tp) {
       for (int64_t dp = 0; dp < writers_per_position; ++dp) {
         const GridCoords at{static_cast<int>(tp), static_cast<int>(dp), static_cast<int>(pp)};
-        const StagePlan plan = plan_stage(model, layout, StepShape{}, at);
+        const StagePlan plan = plan_stage(model, layout, StepShape{.lora = lora}, at);
         std::vector<TensorPiece> pieces;
         for (StatePiece& sp : state_pieces(plan.params, plan.optimizer_ranges, StateUse::save)) {
           pieces.push_back(std::move(sp.piece));

@@ -18,6 +18,7 @@ StepResult train_step(TrainStage& stage, MicrobatchSource& source, const StepReq
   run.microbatches = request.microbatches;
   const auto loss_tokens = static_cast<double>(std::max<int64_t>(1, request.loss_tokens));
   run.loss_scale = static_cast<float>(1.0 / loss_tokens);
+  run.dropout_seed = request.dropout_seed;
   run.grads_ready = [&sync](int64_t flat) { sync.grads_ready_from(flat); };
   run.weights_needed = [&sync](int64_t flat) { sync.weights_needed_until(flat); };
   double loss_sum = stage.pipeline().run(source, run);

@@ -185,7 +185,8 @@ Trainer::StepOutcome Trainer::train_one_step(int64_t step, StepMeter& meter) {
   }
   StepRequest request{.microbatches = micro_steps,
                       .loss_tokens = data_->train().loss_tokens(s.first_sample, s.batch),
-                      .lr = lr, .grad_clip = cfg_.train.grad_clip};
+                      .lr = lr, .grad_clip = cfg_.train.grad_clip,
+                      .dropout_seed = derive_seed(cfg_.train.seed, static_cast<uint64_t>(step))};
   // Every rank holds the same loss and grad norm here, so every rank decides alike.
   request.apply_update = [this, &s](const StepResult& r) {
     s.verdict = anomalies_.check(r.loss, r.grad_norm);

@@ -89,7 +89,8 @@ void Trainer::check_checkpoint_room_at_start() {
   if (cfg_.checkpoint.dir.empty() || is_s3_url(cfg_.checkpoint.dir)) return;  // S3: no limit
   // Only rank 0 measures and compares; the size walks every writer's stage plan.
   if (world_->rank() == 0) {
-    checkpointer_->set_expected_bytes(checkpoint_size(cfg_.model, cfg_.parallel).total());
+    checkpointer_->set_expected_bytes(
+        checkpoint_size(cfg_.model, cfg_.parallel, cfg_.finetune.lora()).total());
   }
   const Checkpointer::Room room = checkpointer_->check_room();
   if (!room.enough) {
@@ -133,6 +134,12 @@ void Trainer::init_from_checkpoint() {
   }
   ResolvedCheckpoint ckpt =
       open_checkpoint(cfg_.train.init_from, s3_options(cfg_.checkpoint), *world_);
+  if (ckpt.manifest.lora.rank > 0) {  // the same on every rank: the manifest is broadcast
+    throw UserError(fmt::format("{}: a LoRA checkpoint (adapters only); a full fine-tune starts "
+                                "from a full checkpoint (jumbo ckpt merge --adapter {} -o CKPT "
+                                "makes one), or set finetune.method = \"lora\" on its base",
+                                where, cfg_.train.init_from));
+  }
   std::string error;
   try {
     check_manifest_model(ckpt.manifest, cfg_.model, where, cfg_.source);

@@ -14,6 +14,8 @@
 #     is bit-identical; the checkpoint holds the adapters alone; merged into the base it gives
 #     the LoRA run's validation loss within 1e-5, and so does `eval --adapter` (unmerged, one
 #     rank and tp 2 x pp 2);
+#   - LoRA dropout: it moves the second step (the first is the base's), a resume is bit-identical, evaluation drops
+#     nothing (the run's val_loss = eval --adapter of its checkpoint);
 #   - user mistakes: a model of another shape, prompt-completion lines without a completion,
 #     a text file as prompt-completion input: exit 2, one line.
 # Usage: finetune.sh JUMBO REPO
@@ -170,6 +172,30 @@ finetune 1 lora_resumed "${lora[@]}" --set train.global_batch=4 --set train.step
   --set checkpoint.every=2 --set checkpoint.resume=auto || finish
 [[ $(losses "$tmp/lora_resumed.jsonl") == $(losses "$tmp/lora_unbroken.jsonl" | tail -2) ]] ||
   fail "the resumed LoRA run's steps 3, 4 differ from the unbroken run's"
+# LoRA dropout: the adapters' inputs dropped out in training only. Steps differ from the
+# undropped run's, a resume draws the same masks (bit-identical), and the validation loss is
+# what an undropped evaluation of the checkpoint gives (eval --adapter, below).
+drop=(--set finetune.lora_dropout=0.1 --set train.global_batch=4 --set train.steps=4
+  --set checkpoint.every=2)
+finetune 1 drop_unbroken "${lora[@]}" "${drop[@]}" --set "data.valid=$tmp/data" \
+  --set train.eval_every=4 --set train.eval_batches=4 || finish
+mkdir -p "$tmp/drop_resumed" && cp -r "$tmp/drop_unbroken/step_00000002" "$tmp/drop_resumed/"
+echo step_00000002 >"$tmp/drop_resumed/latest"
+finetune 1 drop_resumed "${lora[@]}" "${drop[@]}" --set checkpoint.resume=auto || finish
+[[ $(losses "$tmp/drop_resumed.jsonl") == $(losses "$tmp/drop_unbroken.jsonl" | tail -2) ]] ||
+  fail "the resumed LoRA-dropout run's steps 3, 4 differ from the unbroken run's"
+# Step 1 is the base's either way (B = 0); B's first update saw the dropped inputs.
+[[ $(losses "$tmp/drop_unbroken.jsonl" | sed -n 2p) != $(losses "$tmp/lora_unbroken.jsonl" | sed -n 2p) ]] ||
+  fail "finetune.lora_dropout = 0.1 changed nothing in step 2"
+"$jumbo" eval --checkpoint "$tmp/base" --adapter "$tmp/drop_unbroken" --data "$tmp/data" \
+  --windows 4 >"$tmp/drop_eval.log" 2>&1 || { cat "$tmp/drop_eval.log"; fail "eval of the dropout run"; }
+$py - "$tmp/drop_unbroken.jsonl" "$tmp/drop_eval.log" <<'EOF2' || fail "LoRA dropout reached the evaluation"
+import json, sys
+val = [json.loads(l) for l in open(sys.argv[1])][-1]["val_loss"]
+got = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["data"]["loss"]
+assert got == val, (got, val)
+print(f"LoRA dropout 0.1: val_loss {val!r} = eval --adapter (nothing dropped in evaluation)")
+EOF2
 # The checkpoint holds the adapters alone, and says so.
 $py - "$tmp/lora_unbroken/step_00000004" "$tmp/padded/step_00000001" <<'EOF2' || fail "the LoRA checkpoint"
 import json, os, sys
@@ -229,6 +255,11 @@ expect_error other_shape "train.init_from = .*base: model.layers = 2 in the chec
   --set "data.train=$tmp/sft" --set "data.tokenizer=$tmp/tok.model" --set data.valid= \
   --set train.steps=1 --set train.global_batch=1 --set log.peak_tflops=1 --set train.eval_every=0 \
   --set "train.init_from=$tmp/base"
+expect_error full_from_adapters "train.init_from = .*lora_unbroken: a LoRA checkpoint .adapters only.; a full fine-tune starts from a full checkpoint" \
+  "$jumbo" train --set model.preset=inputs/models/tiny.toml "${ctx[@]}" --set parallel.micro_batch=1 \
+  --set "data.train=$tmp/sft" --set "data.tokenizer=$tmp/tok.model" --set data.valid= \
+  --set train.steps=1 --set train.global_batch=1 --set log.peak_tflops=1 --set train.eval_every=0 \
+  --set "train.init_from=$tmp/lora_unbroken"
 echo '{"prompt": "Genre:"}' >"$tmp/no_completion.jsonl"
 expect_error no_completion "no_completion.jsonl:1: no such key, expected a string field \"completion\"" \
   "$jumbo" data prepare --format prompt-completion --input "$tmp/no_completion.jsonl" \

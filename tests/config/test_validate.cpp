@@ -151,6 +151,16 @@ TEST(Validate, Optimizer) {
   expect_error({"train.eps=nan"}, {"train.eps = nan"});
 }
 
+TEST(Validate, LoraDropout) {
+  const std::string lora = "finetune.method=lora", base = "train.init_from=runs/base";
+  EXPECT_NO_THROW(validate(run_with({lora, base, "finetune.lora_dropout=0.1"}), 1));
+  expect_error({lora, base, "finetune.lora_dropout=1"},
+               {"finetune.lora_dropout = 1: expected 0 <= p < 1"});
+  expect_error({lora, base, "finetune.lora_dropout=-0.2"}, {"finetune.lora_dropout = -0.2"});
+  expect_error({"finetune.lora_dropout=0.1"},
+               {"finetune.lora_dropout = 0.1: only with finetune.method = \"lora\""});
+}
+
 TEST(Validate, EvaluationDataAndLogging) {
   expect_error({"train.eval_every=-1"}, {"train.eval_every = -1"});
   expect_error({"train.eval_batches=0"}, {"train.eval_batches = 0: expected >= 1"});

@@ -1,8 +1,9 @@
 // What fine-tuning adds to the CUDA kernels, against the CPU backend on the same inputs (f32
 // and bf16): the position embedding by position (packed sequences; the backward through the
 // sorted scatter), the cross-entropy with ignored targets (-1: no loss, a zero gradient row),
-// scale and GELU alone (LoRA's scaled products and its fc1 adapter before the GELU), and the
-// linear backward of a frozen weight (no weight gradient).
+// scale and GELU alone (LoRA's scaled products and its fc1 adapter before the GELU), the
+// linear backward of a frozen weight (no weight gradient), and LoRA dropout's counter-based
+// mask (the CPU's bits).
 #include <string>
 #include <vector>
 
@@ -103,6 +104,23 @@ TEST(GpuFinetuneKernels, ScaleGeluAndAFrozenWeightsBackwardMatchCpu) {
     b.cpu().linear_bwd(din.cpu, Tensor{}, Tensor{}, dout.cpu, x.cpu, w.cpu);
     b.gpu().linear_bwd(din.gpu, Tensor{}, Tensor{}, dout.gpu, x.gpu, w.gpu);
     EXPECT_TRUE(b.same(din, tolerance_for(dt), what + " linear_bwd of a frozen weight (din only)"));
+  }
+}
+
+TEST(GpuFinetuneKernels, LoraDropoutDrawsTheCpuMask) {
+  JUMBO_REQUIRE_GPU();
+  DualBench b;
+  const int64_t rows = 70, cols = 136;
+  for (DType dt : kFloatTypes) {
+    const std::string what = std::string(to_string(dt)) + " dropout";
+    SCOPED_TRACE(what);
+    // A row-parallel rank's slice: columns 136 .. 271 of a 544-column input.
+    const DropoutMask mask{.seed = 0x5eed, .p = 0.3f, .col_offset = cols, .cols_total = 4 * cols};
+    const Pair in = b.upload(dt, {rows, cols}, random_normal(rows * cols, 1.0, 71));
+    const Pair out = b.upload(dt, {rows, cols}, random_normal(rows * cols, 1.0, 72));
+    b.cpu().dropout(out.cpu, in.cpu, mask);
+    b.gpu().dropout(out.gpu, in.gpu, mask);
+    EXPECT_TRUE(b.same(out, 0.0, what)) << "the same elements kept, scaled alike";
   }
 }
 

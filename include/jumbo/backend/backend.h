@@ -19,6 +19,7 @@
 
 #include "jumbo/backend/arena.h"
 #include "jumbo/backend/device.h"
+#include "jumbo/backend/dropout_mask.h"
 #include "jumbo/backend/stream.h"
 #include "jumbo/backend/tensor.h"
 
@@ -128,6 +129,9 @@ class Backend {
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
   virtual void scale(Tensor t, float factor) = 0;                   // t *= factor
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b
+  // Inverted dropout over the last dimension's columns (dropout_mask.h): out = in x keep / (1 -
+  // p), 0 where dropped; out may be in. The same mask on the same logical elements anywhere.
+  virtual void dropout(Tensor out, Tensor in, const DropoutMask& mask) = 0;
 
   // ---- vocab-parallel cross-entropy, from parts (logits[N,Vl] = this rank's vocab slice) ----
   virtual void ce_local_max(Tensor max, Tensor logits) = 0;                       // f32 [N]

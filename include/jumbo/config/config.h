@@ -231,6 +231,7 @@ struct FinetuneConfig {
   int64_t lora_rank = 16;
   double lora_alpha = 32;
   std::string lora_targets = "qkv,proj,fc1,fc2";
+  double lora_dropout = 0;  // training drops each element of an adapter's input with this p
   // The adapters' shape (lora only; rank 0 otherwise); the targets checked by validate.
   LoraShape lora() const;
 };

@@ -12,6 +12,7 @@
 // cross-entropy); with one rank those are no-ops.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -53,6 +54,9 @@ struct GptOptions {
   // LoRA (model/lora.h): adapters on a frozen base. The base then holds weights only (no
   // gradients); trained_params() is the adapters' store. rank 0: no adapters.
   LoraShape lora{};
+  // The probability to drop an element of an adapter's input in training's forward (Hu et al.
+  // 2021's lora_dropout); evaluation and generation never drop.
+  float lora_dropout = 0;
 };
 
 // What a stage with these options asks of a backend's kernels (backend/device.h): checked
@@ -85,6 +89,10 @@ class GptModel {
   ParamStore& trained_params() { return lora_ ? adapters_ : params_; }
   const ParamStore& trained_params() const { return lora_ ? adapters_ : params_; }
   bool lora() const { return lora_; }
+  // Before a run of microbatches: training's seed of the LoRA dropout masks (a step's), or
+  // none (evaluation: nothing dropped). Each microbatch's masks derive from it, the chunk and
+  // the microbatch's place in the run, so a recomputation and the backward draw the same.
+  void begin_run(std::optional<uint64_t> dropout_seed);
   void initialize(uint64_t seed) {
     params_.initialize(backend_, seed);
     if (lora_) adapters_.initialize(backend_, seed);
@@ -165,6 +173,8 @@ class GptModel {
     std::vector<LayerActs> layers;
     int chunk = 0;  // the model chunk whose microbatch the slot holds
   };
+  std::optional<uint64_t> dropout_seed_;  // this run's (begin_run)
+  std::vector<int64_t> forwards_in_run_;   // per chunk
 
   void register_params();
   void layout_activations(Arena& arena);
@@ -204,6 +214,7 @@ class GptModel {
   LoraAdapter adapter_;   // the adapters as the layers run them
   LoraRows every_row_;    // a microbatch's rows, all on adapter_
   Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
+  Tensor lora_dropped_;                   // LoRA dropout: the dropped-out input
   Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
   std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk

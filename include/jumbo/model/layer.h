@@ -58,6 +58,8 @@ class TensorParallelRegion {
   Tensor row_parallel_bias(Tensor bias) const { return tp_->rank() == 0 ? bias : Tensor{}; }
   // Whether this rank adds the terms a row-parallel reduction must count once (bias, LoRA).
   bool counts_row_parallel_terms() const { return tp_->rank() == 0; }
+  int rank() const { return tp_->rank(); }
+  int size() const { return tp_->size(); }
   // The sum over the tp ranks in place, whatever the split (LoRA's r-wide partial products).
   void all_reduce(Tensor t) { tp_->all_reduce(t, ReduceOp::sum); }
 
@@ -77,6 +79,7 @@ struct LoraAdapter {
   int64_t rank = 0;
   LoraTargetSet targets = LoraTargetSet::none();
   float scale = 1;
+  float dropout = 0;  // training's dropout of the adapter's input (0 off)
   // A map's A [rank, in] and B [out, rank] (LoraLayerParams' indices into `store`): the leading
   // elements of the stored tensors, which are those when the store has this rank.
   Tensor a(int param) const;
@@ -104,7 +107,11 @@ struct LayerTensors {
   // added (at least N x the widest map's output, flat, in the compute dtype).
   std::span<const LoraRows> lora_rows{};
   std::array<Tensor, 4> lora_h{};
-  Tensor lora_scratch;
+  Tensor lora_scratch{};
+  // LoRA dropout (training): the microbatch's and layer's seed of the masks, and scratch for
+  // the dropped-out input (at least N x the widest map's input, flat).
+  uint64_t dropout_seed = 0;
+  Tensor lora_dropped{};
 };
 
 // The layer's core attention: atty from qkv.
@@ -162,6 +169,12 @@ struct LayerContext {
 // counts it once. Keeps scale x (x A^T) in h's rows.
 void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
                   const LoraLayerParams& p, Tensor x, Tensor out, Tensor h);
+// The dropout mask of a LoRA map's input x ([rows, in_local] on this rank) for the layer's
+// seed: one logical mask over the whole input, of which a row-parallel map's rank holds the
+// columns tp_rank x in_local onwards (column-parallel maps read the whole input on every
+// rank, so every rank draws the same). The forward and the backward share it.
+DropoutMask lora_dropout_mask(const LoraAdapter& adapter, uint64_t layer_seed, LoraTarget target,
+                              const TensorParallelRegion& tp, int64_t in_local);
 
 // One pre-LayerNorm layer: residual2 = input + proj(attn(qkv(ln1(input)))),
 // residual3 = residual2 + fc2(gelu(fc1(ln2(residual2)))).

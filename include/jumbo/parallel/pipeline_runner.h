@@ -7,6 +7,7 @@
 // slot holds each (microbatch, chunk) in flight and the sends not yet waited for.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "jumbo/comm/comm.h"
@@ -47,6 +48,9 @@ struct PipelineRun {
   // forward_only: when set, the per-token losses are appended here (on the stage with the
   // head, in microbatch and token order) and run() returns their sum.
   std::vector<float>* token_losses = nullptr;
+  // train: the step's seed of the LoRA dropout masks (GptModel::begin_run); forward_only
+  // never drops.
+  std::optional<uint64_t> dropout_seed = std::nullopt;
 };
 
 class PipelineRunner {

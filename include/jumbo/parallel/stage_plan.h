@@ -44,6 +44,7 @@ struct StepShape {
   Precision precision = Precision::fp32;
   int64_t eval_microbatches = 0;   // microbatches of one forward-only run on this rank
   LoraShape lora{};                // LoRA: the adapters are what trains (rank 0: every weight)
+  float lora_dropout = 0;          // training's dropout of the adapters' input
 };
 StepShape step_shape_of(const RunConfig& cfg);
 

@@ -44,8 +44,10 @@ struct CheckpointSize {
   int64_t manifest_bytes = 0;  // manifest.json, serialized as a save writes it
   int64_t total() const { return shard_bytes + manifest_bytes; }
 };
-// `layout` valid for `model` with dp set (validate_layout).
-CheckpointSize checkpoint_size(const ModelConfig& model, const Layout& layout);
+// `layout` valid for `model` with dp set (validate_layout). With `lora`, a LoRA run's: the
+// adapters and their state alone.
+CheckpointSize checkpoint_size(const ModelConfig& model, const Layout& layout,
+                               const LoraShape& lora = {});
 
 // Saves of a run of `steps` steps (every checkpoint.every steps and at the last) and the
 // checkpoints on the file system at the peak of its last save, the fullest moment: the one

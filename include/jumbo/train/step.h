@@ -5,6 +5,7 @@
 // TrainStage. Shared by the trainer, `jumbo bench train` and the GPU step test.
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/train/train_stage.h"
@@ -25,6 +26,9 @@ struct StepRequest {
   int64_t loss_tokens = 0;
   double lr = 0;
   double grad_clip = 0;      // 0 disables clipping
+  // The step's seed of the LoRA dropout masks (finetune.lora_dropout): train.seed and the step,
+  // so a resumed run draws the same masks.
+  std::optional<uint64_t> dropout_seed = std::nullopt;
   // Asked at every step once the loss and grad norm are known (the same on every rank),
   // non-finite ones included: whether to update. Empty: update. A step whose loss or norm is
   // not finite never updates, whatever the answer.

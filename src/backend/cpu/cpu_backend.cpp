@@ -88,6 +88,7 @@ class CpuBackend final : public Backend {
   void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cpu::gelu_bwd(din, dout, in); }
   void scale(Tensor t, float factor) override { cpu::scale(t, factor); }
+  void dropout(Tensor out, Tensor in, const DropoutMask& mask) override { cpu::dropout(out, in, mask); }
   void add(Tensor out, Tensor a, Tensor b) override { cpu::add(out, a, b); }
 
   void ce_local_max(Tensor max, Tensor logits) override { cpu::ce_local_max(max, logits); }

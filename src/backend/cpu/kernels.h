@@ -41,6 +41,7 @@ void fill_columns(Tensor t, int64_t first_col, float value);
 void copy(Tensor dst, Tensor src);
 void gelu_fwd(Tensor out, Tensor in);
 void scale(Tensor t, float factor);
+void dropout(Tensor out, Tensor in, const DropoutMask& mask);
 void gelu_bwd(Tensor din, Tensor dout, Tensor in);
 void add(Tensor out, Tensor a, Tensor b);
 

@@ -74,6 +74,28 @@ void scale(Tensor t, float factor) {
   });
 }
 
+void dropout(Tensor out, Tensor in, const DropoutMask& m) {
+  expect(out.numel() == in.numel() && out.dtype == in.dtype && in.ndim >= 1 && m.p >= 0 &&
+             m.p < 1,
+         "dropout: shapes/dtypes, or p outside [0, 1)");
+  const int64_t cols = in.dim(-1), rows = cols > 0 ? in.numel() / cols : 0;
+  const int64_t total = m.cols_total > 0 ? m.cols_total : cols;
+  const float keep_scale = 1.0f / (1.0f - m.p);
+  dispatch_float(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = in.as<T>();
+    T* d = out.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        const auto logical = static_cast<uint64_t>(r * total + m.col_offset + c);
+        store(d, i, dropout_keeps(m.seed, logical, m.p) ? load(s, i) * keep_scale : 0.0f);
+      }
+    }
+  });
+}
+
 void gelu_fwd(Tensor out, Tensor in) {
   expect(out.numel() == in.numel() && out.dtype == in.dtype, "gelu_fwd: shapes/dtypes");
   const int64_t n = in.numel();

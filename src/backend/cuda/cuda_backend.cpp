@@ -209,6 +209,9 @@ class CudaBackend final : public Backend {
   void gelu_fwd(Tensor out, Tensor in) override { cuda::gelu_fwd(s(), out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }
   void scale(Tensor t, float factor) override { cuda::scale(s(), t, factor); }
+  void dropout(Tensor out, Tensor in, const DropoutMask& mask) override {
+    cuda::dropout(s(), out, in, mask);
+  }
   void add(Tensor out, Tensor a, Tensor b) override { cuda::add(s(), out, a, b); }
 
   void ce_local_max(Tensor max, Tensor logits) override { cuda::ce_local_max(s(), max, logits); }

@@ -160,6 +160,19 @@ __global__ void column_sums_kernel(float* sums, const T* x, int64_t rows, int64_
   }
 }
 
+// One element per thread step: the mask needs each element's (row, column).
+template <class T>
+__global__ void dropout_kernel(T* out, const T* in, int64_t rows, int64_t cols, DropoutMask m,
+                               int64_t total, float keep_scale) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const auto logical = static_cast<uint64_t>(r * total + m.col_offset + c);
+    out[i] = from_f32<T>(dropout_keeps(m.seed, logical, m.p) ? to_f32(in[i]) * keep_scale : 0.0f);
+  }
+}
+
 // ---- host side ----
 template <class T>
 struct Tag {
@@ -309,6 +322,21 @@ void scale(cudaStream_t stream, Tensor t, float factor) {
     using T = typename decltype(tag)::type;
     launch_map1(stream, "scale", t.as<T>(), t.as<T>(), t.numel(), Scale{factor});
   });
+}
+
+void dropout(cudaStream_t stream, Tensor out, Tensor in, const DropoutMask& m) {
+  expect_same_numel("dropout", out, in);
+  expect_same_dtype("dropout", out, in);
+  if (in.ndim < 1 || !(m.p >= 0 && m.p < 1)) bad("dropout: p outside [0, 1) or a 0-d tensor");
+  const int64_t cols = in.dim(-1), rows = cols > 0 ? in.numel() / cols : 0;
+  if (rows * cols == 0) return;
+  const int64_t total = m.cols_total > 0 ? m.cols_total : cols;
+  dispatch_float("dropout", in, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_kernel<T><<<grid_for(rows * cols), kThreads, 0, stream>>>(
+        out.as<T>(), in.as<T>(), rows, cols, m, total, 1.0f / (1.0f - m.p));
+  });
+  check_last("dropout");
 }
 
 void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b) {

@@ -24,6 +24,7 @@ void gelu_fwd(cudaStream_t stream, Tensor out, Tensor in);
 void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in);
 void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
 void scale(cudaStream_t stream, Tensor t, float factor);  // in place
+void dropout(cudaStream_t stream, Tensor out, Tensor in, const DropoutMask& mask);
 void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
 
 // ---- embedding.cu ----

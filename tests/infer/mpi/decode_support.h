@@ -127,4 +127,15 @@ inline std::vector<int32_t> shared_tokens(Comm& world, const std::vector<int32_t
   return out;
 }
 
+// A prompt followed by the tokens rank 0 picked for it, on every rank.
+inline std::vector<int32_t> final_sequence(Comm& world, const std::vector<int32_t>& prompt,
+                                           const std::vector<TokenPick>& picks) {
+  std::vector<int32_t> generated;
+  for (const TokenPick& p : picks) generated.push_back(p.token);
+  std::vector<int32_t> seq = prompt;
+  const std::vector<int32_t> tail = shared_tokens(world, generated);
+  seq.insert(seq.end(), tail.begin(), tail.end());
+  return seq;
+}
+
 }  // namespace jumbo::decode_test

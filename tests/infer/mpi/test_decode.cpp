@@ -55,11 +55,7 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
   }
   // Every rank runs the full forward of the final sequences (rank 0 knows them).
   for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int32_t> generated;
-    for (const TokenPick& p : picks[i]) generated.push_back(p.token);
-    std::vector<int32_t> seq = prompts[i];
-    const std::vector<int32_t> tail = shared_tokens(*world, generated);
-    seq.insert(seq.end(), tail.begin(), tail.end());
+    const std::vector<int32_t> seq = final_sequence(*world, prompts[i], picks[i]);
     ASSERT_EQ(seq.size(), prompts[i].size() + static_cast<size_t>(new_tokens[i]));
     const auto full = full_forward_logprobs(m, tp, pp, seq);
     if (!engine.leader()) continue;

@@ -83,14 +83,12 @@ TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
   } else {
     engine.follow();
   }
-  if (engine.leader()) EXPECT_GT(mixed, 0) << "no step mixed adapters";
+  if (engine.leader()) {
+    EXPECT_GT(mixed, 0) << "no step mixed adapters";
+  }
   std::vector<double> moved(prompts.size(), 0);  // how far the adapter moved the logprobs
   for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int32_t> generated;
-    for (const TokenPick& p : picks[i]) generated.push_back(p.token);
-    std::vector<int32_t> seq = prompts[i];
-    const std::vector<int32_t> tail = shared_tokens(*world, generated);
-    seq.insert(seq.end(), tail.begin(), tail.end());
+    const std::vector<int32_t> seq = final_sequence(*world, prompts[i], picks[i]);
     ASSERT_EQ(seq.size(), prompts[i].size() + static_cast<size_t>(new_tokens[i]));
     const LoraShape lora = adapter[i] < 0 ? LoraShape{} : shapes[static_cast<size_t>(adapter[i])];
     const auto full = full_forward_logprobs(
@@ -113,7 +111,9 @@ TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
       }
     }
     EXPECT_LT(worst, 1e-5) << "request " << i << " (adapter " << adapter[i] << ")";
-    if (adapter[i] >= 0) EXPECT_GT(moved[i], 1e-2) << "adapter " << adapter[i] << " changed nothing";
+    if (adapter[i] >= 0) {
+      EXPECT_GT(moved[i], 1e-2) << "adapter " << adapter[i] << " changed nothing";
+    }
   }
 }
 
