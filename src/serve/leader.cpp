@@ -73,8 +73,8 @@ void Leader::run() {
       set_free_slots(taken);
       loads.swap(queue_.adapter_loads);
     }
+    free_removed_adapters();  // first: a slot freed now may take a load asked for now
     for (auto& load : loads) load_adapter(*load);
-    free_removed_adapters();
     if (stop_now) {
       log_line("jumbo serve: stopping: no new requests, finishing those accepted\n");
       stop_listening_();

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A seeded, bounded fuzz of a running `jumbo serve`'s request bodies.
 
-  fuzz.py PORT MODEL [--count N] [--seed S] [--chat] [--budget SECONDS]
+  fuzz.py PORT MODEL [--count N] [--seed S] [--chat] [--budget SECONDS] [--adapter-path CKPT]
 
 Sends N requests (default 1000), one connection each, to POST /v1/completions (and, with
 --chat, to POST /v1/chat/completions half the time): valid bodies with small max_tokens, and
@@ -12,7 +12,9 @@ keys. Every answer must be 200 with JSON (or an SSE stream ending in [DONE]), or
 body is {"error": {"message": <under 2000 bytes>, ...}}: never a 5xx, never a dropped
 connection. /health must answer 200 at the end. $JUMBO_API_KEY, when set, is sent as the
 bearer key. Prints one FAIL line per kind of failure (with its count and first example) and
-exits 1 if there was one; the same seed sends the same requests.
+exits 1 if there was one; the same seed sends the same requests. With --adapter-path, 30% of
+the requests add (valid and odd names, paths and bodies) and delete adapters, and completions
+name adapters that may or may not be served at that moment.
 """
 import argparse
 import http.client
@@ -28,6 +30,8 @@ ap.add_argument("--count", type=int, default=1000)
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--chat", action="store_true")
 ap.add_argument("--budget", type=float, default=120.0, help="seconds before giving up")
+ap.add_argument("--adapter-path", help="a LoRA checkpoint of the base: also fuzz POST "
+                "/v1/adapters and DELETE /v1/adapters/NAME, and completions naming adapters")
 A = ap.parse_args()
 KEY = os.environ.get("JUMBO_API_KEY")
 rng = random.Random(A.seed)
@@ -54,8 +58,14 @@ BAD_UTF8 = [b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x
             b"\\x41", b"\\"]
 
 
+# The adapter names the fuzz adds and removes (and completions name), and odd ones.
+ADAPTER_NAMES = ["fz0", "fz1", "fz2"]
+ODD_NAMES = ["", "a/b", "a b", "x" * 300, "%00", "..", "\u00e9", "fz0\n"]
+
+
 def valid_completion():
-    b = {"model": A.model,
+    adapter = A.adapter_path and rng.random() < 0.4
+    b = {"model": rng.choice(ADAPTER_NAMES) if adapter else A.model,
          "prompt": rng.choice(["The jury said", "In the", "It", ["He was", "a"], [5, 6, 7],
                                [[5, 6], [7]], "A " * 20]),
          "max_tokens": rng.randint(1, 4)}
@@ -195,8 +205,41 @@ def mutate(chat):
     return "odd authorization", dumps(b), headers
 
 
-def check_body(status, ctype, payload):
+def adapter_request():
+    """(kind, method, path, body bytes, headers) of the adapter routes."""
+    headers = {"Content-Type": "application/json"}
+    name = rng.choice(ADAPTER_NAMES + [A.model])
+    r = rng.random()
+    if r < 0.3:
+        return "add", "POST", "/v1/adapters", dumps({"name": name, "path": A.adapter_path}), headers
+    if r < 0.45:
+        body = {"name": rng.choice(ODD + ODD_NAMES), "path": A.adapter_path}
+        return "add odd name", "POST", "/v1/adapters", dumps(body), headers
+    if r < 0.6:
+        path = rng.choice(ODD + ["/etc/passwd", "/nonexistent/ckpt", "../../..", "/", "."])
+        return "add odd path", "POST", "/v1/adapters", dumps({"name": name, "path": path}), headers
+    if r < 0.66:
+        body = rng.choice([{"name": name}, {"path": A.adapter_path}, {},
+                           {"name": name, "path": A.adapter_path, "rank": 4}])
+        return "add missing or unknown field", "POST", "/v1/adapters", dumps(body), headers
+    if r < 0.72:
+        raw = rng.choice([b"", b"{", b"[]", b"null", deep(5000).encode(),
+                          bytes(rng.randrange(256) for _ in range(rng.randint(1, 300)))])
+        return "add raw body", "POST", "/v1/adapters", raw, headers
+    target = rng.choice(ADAPTER_NAMES + ["%00", "a%2Fb", "x" * 300, "%ff", "..", A.model])
+    return "delete", "DELETE", f"/v1/adapters/{target}", None, headers
+
+
+def check_body(status, ctype, payload, route="/v1/completions"):
     """None when the answer is well formed, else what is wrong."""
+    if status == 200 and route.startswith("/v1/adapters"):
+        try:
+            r = json.loads(payload)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return f"a 200 that is not JSON: {payload[:200]!r}"
+        if not isinstance(r, dict) or not isinstance(r.get("id"), str):
+            return f"a 200 without a model id: {payload[:200]!r}"
+        return None
     if status == 200:
         if ctype.startswith("text/event-stream"):
             events = [line[6:] for line in payload.decode("utf-8", "replace").split("\n")
@@ -232,13 +275,13 @@ def check_body(status, ctype, payload):
     return f"status {status}: {payload[:200]!r}"
 
 
-def send(path, data, headers, timeout=60):
+def send(path, data, headers, timeout=60, method="POST"):
     conn = http.client.HTTPConnection("127.0.0.1", A.port, timeout=timeout)
     try:
         h = dict(headers)
         if KEY and "Authorization" not in h:
             h["Authorization"] = f"Bearer {KEY}"
-        conn.request("POST", path, body=data, headers=h)
+        conn.request(method, path, body=data, headers=h)
         resp = conn.getresponse()
         payload = resp.read()
         return resp.status, resp.getheader("Content-Type", ""), payload
@@ -269,15 +312,19 @@ def main():
             break
         chat = A.chat and rng.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        kind, data, headers = mutate(chat)
+        method = "POST"
+        if A.adapter_path and rng.random() < 0.3:
+            kind, method, path, data, headers = adapter_request()
+        else:
+            kind, data, headers = mutate(chat)
         sent += 1
         try:
-            status, ctype, payload = send(path, data, headers)
+            status, ctype, payload = send(path, data, headers, method=method)
         except (OSError, http.client.HTTPException) as e:
             problem = f"dropped connection ({type(e).__name__}: {e})"
             status = None
         else:
-            problem = check_body(status, ctype, payload)
+            problem = check_body(status, ctype, payload, path)
             statuses[status] = statuses.get(status, 0) + 1
         if problem is not None:
             key = (f"{path} {kind}", problem.split(":")[0])

@@ -7,8 +7,12 @@
 #   - 16 concurrent requests over the base and the three adapters, in mixed batches
 #     (jumbo_mixed_adapter_steps_total > 0), give the same texts as each request alone and
 #     as jumbo generate; the adapters' texts differ from the base's;
+#   - the official `openai` npm client (adapters_sdk.mjs) lists, retrieves and completes with
+#     the adapters by name;
 #   - refused adapters (a taken name or slot, a full checkpoint, an adapter of another base, a
 #     bad name, no checkpoint): 409 or 400 with one line, and the server stays up;
+#   - a seeded fuzz of the adapter routes (odd names, paths, bodies; adds and deletes under
+#     completions naming the adapters): never a 5xx;
 #   - DELETE of an adapter with a stream in flight: the stream ends with its text, new
 #     requests get 404, the freed slot takes another adapter;
 #   - under mpirun -np 4 --tp 2 --pp 2 (each stage reads its part of an adapter added while
@@ -21,6 +25,7 @@ source tests/support/serve_harness.sh
 server_pid=
 on_exit stop_server_now
 export OMPI_MCA_rmaps_base_oversubscribe=1
+npm_prefix=${JUMBO_NPM_PREFIX:-$HOME/.cache/jumbo/npm}
 
 check "making the small data set" make_small_data "$jumbo" "$tmp" || finish
 ctx=(--set model.vocab=500 --set model.context=128 --set train.global_batch=8 --set log.every=100)
@@ -95,6 +100,12 @@ if start_server one "$jumbo" serve --checkpoint "$tmp/base" --port 0 --max-batch
   client models a1 a2 a3
   client batch "$tmp/cases16.json"
   client batch "$tmp/cases.json"
+  if [[ -f $npm_prefix/node_modules/openai/package.json ]]; then
+    JUMBO_NPM_PREFIX=$npm_prefix node tests/serve/adapters_sdk.mjs "$port" "$model" \
+      "$tmp/cases16.json" || fail "adapters_sdk.mjs"
+  else
+    fail "the openai npm package is not in $npm_prefix (run scripts/install-deps.sh)"
+  fi
   mixed=$(metric jumbo_mixed_adapter_steps_total)
   [[ ${mixed:-0} -gt 0 ]] || fail "no engine step mixed adapters (jumbo_mixed_adapter_steps_total = ${mixed:-none})"
   echo "engine steps that mixed models: $mixed"
@@ -106,9 +117,19 @@ if start_server one "$jumbo" serve --checkpoint "$tmp/base" --port 0 --max-batch
   client refused 400 "not a LoRA checkpoint" a4 "$tmp/base"
   client refused 400 "trained on the base .*other.* but the served base .* has fingerprint" a4 "$tmp/foreign"
   client refused 400 "nowhere" a4 "$tmp/nowhere"
+  # Hostile bodies on the adapter routes, adapters coming and going (one slot is free) under
+  # completions naming them: never a 5xx, never a dropped connection. Then its adapters go.
+  /usr/bin/python3 tests/serve/fuzz.py "$port" "$model" --count 400 --seed 3 --budget 120 \
+    --adapter-path "$tmp/a3" || fail "fuzz of the adapter routes"
+  for n in fz0 fz1 fz2; do curl -s -X DELETE "http://127.0.0.1:$port/v1/adapters/$n" >/dev/null; done
+  added=$(grep -c "jumbo serve: adapter fz[0-9] loaded" "$tmp/one.err")
+  freed=$(grep -c "jumbo serve: adapter slot . freed" "$tmp/one.err")
+  echo "fuzz: $added adapters loaded, slots freed $freed times so far"
+  ((added >= 3)) || fail "the fuzz loaded $added adapters: its adds and deletes did not churn"
   client add a2b "$tmp/a2"
   client one "$tmp/cases_a2b.json" a2b
   grep -q "adapter slot 1 freed" "$tmp/one.err" || fail "the log does not say a2's slot was freed"
+
   stop_server one
 fi
 
