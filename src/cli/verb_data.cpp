@@ -42,6 +42,10 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
           "text: documents under --json-key; prompt-completion: {\"prompt\", \"completion\"} "
           "lines, the loss on the completion and EOS only (docs/data-format.md)")
       ->default_str("text");
+  prep->add_option("--chat-template", popts->chat_template,
+                   "with --format prompt-completion: a chat template TOML that makes "
+                   "{\"messages\": [...]} lines examples (the last assistant reply is the "
+                   "completion; docs/data-format.md)");
   prep->add_option("--part-mb", *part_mb, "MiB of input per part (the unit of work)")
       ->capture_default_str();
   prep->add_option("--threads", popts->threads, "encoding threads per rank; 0 = cores / ranks on "

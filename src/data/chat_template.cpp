@@ -33,6 +33,33 @@ std::string fill(const std::string& format, const std::string& content) {
 
 }  // namespace
 
+std::optional<ChatRole> chat_role_of(std::string_view name) {
+  if (name == "system" || name == "developer") return ChatRole::system;
+  if (name == "user") return ChatRole::user;
+  if (name == "assistant") return ChatRole::assistant;
+  return std::nullopt;
+}
+
+std::string ChatTemplate::training_example(const std::vector<ChatMessage>& messages,
+                                           std::string& prompt, std::string& completion) const {
+  if (messages.size() < 2 || messages.back().role != ChatRole::assistant) {
+    return "expected messages ending with an assistant's reply after at least one other message";
+  }
+  for (const ChatMessage& m : messages) {
+    if (!has_role(m.role)) return fmt::format("the chat template {} has no system role", source);
+  }
+  if (messages.back().content.empty()) return "the last assistant message is empty";
+  const std::string reply = fill(assistant, messages.back().content);
+  if (!reply.starts_with(generation_prompt)) {
+    return fmt::format("the chat template {}: its assistant format does not start with its "
+                       "generation_prompt, so a reply's tokens cannot be told from the prompt's",
+                       source);
+  }
+  prompt = render({messages.begin(), messages.end() - 1}, true);
+  completion = reply.substr(generation_prompt.size());
+  return "";
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt) const {
   std::string out;

@@ -96,7 +96,7 @@ int encoding_threads(const PrepareOptions& o) {
 
 // What the parts depend on: a rerun may keep parts only if this is unchanged.
 std::string job_text(const PrepareOptions& o, const std::vector<std::string>& files,
-                     uint64_t tokenizer_fingerprint) {
+                     uint64_t tokenizer_fingerprint, const std::string& chat_template_text) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const std::string& f : files) {
     std::error_code ec;
@@ -107,6 +107,7 @@ std::string job_text(const PrepareOptions& o, const std::vector<std::string>& fi
   const nlohmann::json j = {{"inputs", inputs},
                             {"json_key", o.json_key},
                             {"format", to_string(o.kind)},
+                            {"chat_template", chat_template_text},
                             {"part_bytes", o.part_bytes},
                             {"bad_documents", o.bad_documents == BadDocuments::skip ? "skip" : "fail"},
                             {"tokenizer_fingerprint", fingerprint_text(tokenizer_fingerprint)}};
@@ -196,6 +197,10 @@ void check_options(const PrepareOptions& o) {
     throw UserError(fmt::format("data prepare: --threads {}, expected >= 0 (0 = cores / ranks on "
                                 "the node)", o.threads));
   }
+  if (!o.chat_template.empty() && o.kind != DocumentKind::prompt_completion) {
+    throw UserError("data prepare: --chat-template formats {\"messages\"} lines of --format "
+                    "prompt-completion");
+  }
 }
 
 }  // namespace
@@ -243,6 +248,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
   const auto t0 = std::chrono::steady_clock::now();
   check_options(opts);
   const Tokenizer tok(opts.tokenizer);
+  std::optional<ChatTemplate> chat_template;  // every rank reads the small file itself
+  if (!opts.chat_template.empty()) chat_template = load_chat_template(opts.chat_template);
   const auto vocab = static_cast<uint64_t>(tok.vocab_size());
   const std::vector<std::string> files = expand_inputs(opts.inputs);
   const std::vector<InputUnit> units = plan_units(files, static_cast<uint64_t>(opts.part_bytes));
@@ -250,7 +257,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
     throw UserError(fmt::format("data prepare: {} hold no text", fmt::join(opts.inputs, ", ")));
   }
   const std::string& prefix = opts.output_prefix;
-  if (ranks.rank() == 0) start_job(prefix, job_text(opts, files, tok.fingerprint()));
+  if (ranks.rank() == 0) start_job(prefix, job_text(opts, files, tok.fingerprint(),
+                                                   chat_template ? chat_template->text : ""));
   ranks.barrier();
 
   const int threads = encoding_threads(opts);
@@ -270,7 +278,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opts, Comm& ranks) {
       continue;
     }
     IndexedDatasetWriter writer(part, vocab, tok.fingerprint(), opts.kind);
-    for_each_unit_batch(units[u], {opts.kind, opts.json_key}, opts.bad_documents, kBatchBytes,
+    for_each_unit_batch(units[u], {opts.kind, opts.json_key, chat_template ? &*chat_template : nullptr},
+                        opts.bad_documents, kBatchBytes,
                         [&](std::vector<InputDocument>& docs) {
                           encode_all(tok, docs, opts.kind, threads, encoded);
                           for (const EncodedDocument& doc : encoded) {

@@ -134,10 +134,40 @@ std::string document_of_json_line(std::string_view line, const std::string& json
   return string_field(obj, json_key, doc);
 }
 
+namespace {
+
+// {"messages": [{"role": ROLE, "content": TEXT}, ...]} as an example through the template.
+std::string example_of_messages(const nlohmann::json& list, const ChatTemplate* chat_template,
+                                std::string& prompt, std::string& completion) {
+  if (!chat_template) {
+    return "a \"messages\" line needs a chat template (--chat-template FILE) to become text";
+  }
+  if (!list.is_array()) return fmt::format("\"messages\" is a {}, expected a list", list.type_name());
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& m = list[i];
+    const auto role = m.is_object() && m.contains("role") && m["role"].is_string()
+                          ? chat_role_of(m["role"].get<std::string>())
+                          : std::nullopt;
+    if (!role) return fmt::format("messages[{}].role: expected \"system\", \"user\" or \"assistant\"", i);
+    std::string content;
+    if (std::string why = string_field(m, "content", content); !why.empty()) {
+      return fmt::format("messages[{}]: {}", i, why);
+    }
+    messages.push_back({*role, std::move(content)});
+  }
+  return chat_template->training_example(messages, prompt, completion);
+}
+
+}  // namespace
+
 std::string example_of_json_line(std::string_view line, std::string& prompt,
-                                 std::string& completion) {
+                                 std::string& completion, const ChatTemplate* chat_template) {
   nlohmann::json obj;  // parsed once for both fields
   if (std::string why = json_object_of_line(line, "prompt", obj); !why.empty()) return why;
+  if (const auto m = obj.find("messages"); m != obj.end() && !obj.contains("prompt")) {
+    return example_of_messages(*m, chat_template, prompt, completion);
+  }
   if (std::string why = string_field(obj, "prompt", prompt); !why.empty()) return why;
   if (std::string why = string_field(obj, "completion", completion); !why.empty()) return why;
   if (completion.empty()) return "the completion is empty, expected the text to learn";
@@ -242,7 +272,8 @@ void for_each_unit_batch(const InputUnit& unit, const DocumentFields& fields, Ba
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines
     const std::string why = fields.kind == DocumentKind::text
                                 ? document_of_json_line(line, fields.json_key, doc.text)
-                                : example_of_json_line(line, doc.text, doc.completion);
+                                : example_of_json_line(line, doc.text, doc.completion,
+                                                       fields.chat_template);
     if (!why.empty()) {
       reject(this_line, why);
       continue;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jumbo/data/bad_documents.h"
+#include "jumbo/data/chat_template.h"
 #include "jumbo/data/indexed_dataset.h"
 
 namespace jumbo {
@@ -31,13 +32,16 @@ std::string document_of_json_line(std::string_view line, const std::string& json
 
 // The example of one .jsonl line of prompt-completion data: {"prompt": str, "completion": str}
 // (both strings, the completion not empty), or why the line is not one.
+// With a chat template, a line may instead be {"messages": [{"role", "content"}, ...]}, made
+// an example by ChatTemplate::training_example.
 std::string example_of_json_line(std::string_view line, std::string& prompt,
-                                 std::string& completion);
+                                 std::string& completion, const ChatTemplate* chat_template);
 
 // What a unit's lines are read as: documents under a key, or prompt-completion examples.
 struct DocumentFields {
   DocumentKind kind = DocumentKind::text;
   std::string json_key = "text";
+  const ChatTemplate* chat_template = nullptr;  // prompt-completion: reads `messages` lines
 };
 
 // One input document: its text (a prompt-completion example's prompt) and the completion.

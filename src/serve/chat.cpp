@@ -19,10 +19,7 @@ ChatRole role_of(const json& message, size_t i) {
   const std::string field = fmt::format("messages[{}].role", i);
   const json* r = optional(message, "role");
   if (!r || !r->is_string()) bad(field, "expected \"system\", \"user\" or \"assistant\"");
-  const std::string& role = r->get_ref<const std::string&>();
-  if (role == "system" || role == "developer") return ChatRole::system;
-  if (role == "user") return ChatRole::user;
-  if (role == "assistant") return ChatRole::assistant;
+  if (const auto role = chat_role_of(r->get_ref<const std::string&>())) return *role;
   bad(field, fmt::format("{} is not served (expected system, user or assistant)", quote(*r)));
 }
 

@@ -450,5 +450,71 @@ TEST(Prepare, PromptCompletionExamplesAreTheirTextsTokensSplitAtTheSeam) {
   EXPECT_EQ(first, tok.encode(pairs[0].first + pairs[0].second));
 }
 
+// The messages form: a conversation through a chat template is the prompt-completion example
+// of its texts (the prompt every message but the last renders with the generation prompt; the
+// completion the last assistant reply as the template writes it after that), token for token.
+TEST(Prepare, MessagesLinesAreThePromptCompletionExamplesTheTemplateRenders) {
+  test::TempDir tmp;
+  const std::string tmpl = JUMBO_SOURCE_DIR "/inputs/chat/jumbo-chat.toml";
+  const nlohmann::json conversations = nlohmann::json::array(
+      {nlohmann::json::array({{{"role", "user"}, {"content", "Name the genre."}},
+                              {{"role", "assistant"}, {"content", "reportage"}}}),
+       nlohmann::json::array({{{"role", "system"}, {"content", "Be brief."}},
+                              {{"role", "user"}, {"content", "Hi"}},
+                              {{"role", "assistant"}, {"content", "Hello."}},
+                              {{"role", "user"}, {"content", "More?"}},
+                              {{"role", "developer"}, {"content", "Still brief."}},
+                              {{"role", "assistant"}, {"content", "No."}}})});
+  {
+    std::ofstream chat(tmp.file("chat.jsonl")), pc(tmp.file("pc.jsonl"));
+    const std::vector<std::pair<std::string, std::string>> texts = {
+        {"<|user|>\nName the genre.\n<|assistant|>\n", "reportage<|end|>\n"},
+        {"<|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\nHello.<|end|>\n<|user|>\nMore?\n"
+         "<|system|>\nStill brief.\n<|assistant|>\n",
+         "No.<|end|>\n"}};
+    for (size_t k = 0; k < texts.size(); ++k) {
+      chat << nlohmann::json{{"messages", conversations[k]}}.dump() << "\n";
+      pc << nlohmann::json{{"prompt", texts[k].first}, {"completion", texts[k].second}}.dump() << "\n";
+    }
+  }
+  auto prepare = [&](const std::string& in, const std::string& out, const std::string& chat_template) {
+    PrepareOptions o;
+    o.inputs = {tmp.file(in)};
+    o.tokenizer = test::small_tokenizer();
+    o.output_prefix = tmp.file(out);
+    o.kind = DocumentKind::prompt_completion;
+    o.chat_template = chat_template;
+    o.progress_every_s = 0;
+    prepare_dataset(o);
+  };
+  prepare("chat.jsonl", "chat", tmpl);
+  prepare("pc.jsonl", "pc", "");
+  const IndexedDataset chat(tmp.file("chat")), pc(tmp.file("pc"));
+  ASSERT_EQ(chat.num_docs(), 2u);
+  ASSERT_EQ(pc.num_docs(), 2u);
+  for (uint64_t d = 0; d < 2; ++d) {
+    std::vector<int32_t> a(chat.doc_offset(d + 1) - chat.doc_offset(d)), b(pc.doc_offset(d + 1) - pc.doc_offset(d));
+    chat.read(chat.doc_offset(d), a.size(), a.data());
+    pc.read(pc.doc_offset(d), b.size(), b.data());
+    EXPECT_EQ(a, b) << "conversation " << d;
+    EXPECT_EQ(chat.doc_loss_start(d), pc.doc_loss_start(d)) << "conversation " << d;
+  }
+  // Without a template, and a conversation that does not end with a reply: one line each.
+  expect_mentions(user_error_of([&] { prepare("chat.jsonl", "none", ""); }),
+                  {"chat.jsonl:1", "needs a chat template (--chat-template FILE)"});
+  {
+    std::ofstream bad(tmp.file("bad.jsonl"));
+    bad << R"({"messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]})" << "\n";
+  }
+  expect_mentions(user_error_of([&] { prepare("bad.jsonl", "bad", tmpl); }),
+                  {"bad.jsonl:1", "ending with an assistant's reply"});
+  {
+    std::ofstream bad(tmp.file("role.jsonl"));
+    bad << R"({"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]})" << "\n";
+  }
+  expect_mentions(user_error_of([&] { prepare("role.jsonl", "role", tmpl); }),
+                  {"role.jsonl:1", "messages[0].role"});
+}
+
 }  // namespace
 }  // namespace jumbo

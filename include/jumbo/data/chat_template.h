@@ -10,6 +10,7 @@
 //   stop = ["<|end|>"]                          # where a generated reply ends
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jumbo {
@@ -20,6 +21,9 @@ struct ChatMessage {
   ChatRole role = ChatRole::user;
   std::string content;
 };
+
+// OpenAI's role names: "system" (and "developer", its newer name), "user", "assistant".
+std::optional<ChatRole> chat_role_of(std::string_view name);
 
 struct ChatTemplate {
   std::optional<std::string> system;
@@ -32,6 +36,12 @@ struct ChatTemplate {
   bool has_role(ChatRole role) const { return role != ChatRole::system || system.has_value(); }
   // The conversation's text, then generation_prompt when `add_generation_prompt`.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // A conversation as a fine-tuning example: the prompt is what a chat request of every
+  // message but the last renders (with the generation prompt), the completion the last
+  // message, an assistant's, as the template writes it after that generation prompt (its
+  // content, then the end marker the model must learn to emit). "" or why it cannot be one.
+  std::string training_example(const std::vector<ChatMessage>& messages, std::string& prompt,
+                               std::string& completion) const;
 };
 
 // Throws UserError naming `where` and the key: not TOML, a missing or non-string key, a role

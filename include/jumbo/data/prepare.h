@@ -22,6 +22,9 @@ struct PrepareOptions {
   // --format: text documents under json_key, or prompt-completion examples
   // ({"prompt": ..., "completion": ...} per line; the loss counts the completion and EOS).
   DocumentKind kind = DocumentKind::text;
+  // prompt-completion: a chat template TOML, which makes {"messages": [...]} lines examples
+  // (ChatTemplate::training_example); "" = such lines are refused.
+  std::string chat_template;
   std::string tokenizer;            // SentencePiece .model
   std::string output_prefix;        // writes PREFIX.parts and PREFIX.part-NNNNNN.bin/.idx
   int64_t part_bytes = int64_t{256} << 20;  // input bytes per part
