@@ -10,6 +10,8 @@
 
 #include "jumbo/infer/engine.h"
 #include "jumbo/infer/scheduler.h"
+#include "jumbo/model/lora.h"
+#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
 namespace {
@@ -62,12 +64,31 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   e.shape.cache_slots = max_batch;
   e.shape.max_sampled = max_batch;
   e.shape.max_rows = std::max(prefill_rows(o), max_batch);
+  e.shape.adapter_slots = o.adapters;
+  e.shape.max_lora_rank = o.lora_rank;
   GenerationEngine engine(model, e, backend, world);
   engine.decoder().params().initialize(backend, 1234);
+  // Random adapters (B too: a fresh B of zeros is the same work, but a real adapter's is not).
+  const LoraShape lora{.rank = o.lora_rank, .alpha = 2.0 * static_cast<double>(o.lora_rank),
+                       .targets = LoraTargetSet{}};
+  const GptOptions stage = plan_stage(model, Layout{}, StepShape{.lora = lora}, GridCoords{}).model;
+  for (int64_t k = 0; k < o.adapters; ++k) {
+    ParamStore store;
+    for (ParamInfo& p : lora_stage_params(model, stage, 0, 1)) {
+      p.init = InitKind::normal;
+      store.add(std::move(p));
+    }
+    store.allocate(backend, engine.decoder().params().compute_dtype(), 1, GradBuffer::none);
+    store.initialize(backend, 77 + static_cast<uint64_t>(k));
+    engine.decoder().set_adapter(static_cast<int32_t>(k), store, lora);
+  }
 
   GenerateBenchResult r;
   r.weight_bytes = static_cast<double>(engine.decoder().params().all_weights().bytes());
+  std::vector<int64_t> adapter_counts = {0};  // the base alone, then over the adapters
+  if (o.adapters > 0) adapter_counts.push_back(o.adapters);
   for (int64_t batch : o.batches) {
+   for (const int64_t adapters : adapter_counts) {
     std::vector<double> prefill, decode;
     for (int64_t rep = 0; rep < o.repeats + 1; ++rep) {  // the first is a warm-up
       Scheduler s(engine, -1);
@@ -81,6 +102,7 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
         }
         q.max_new_tokens = o.new_tokens;
         q.stop_at_eos = false;
+        q.adapter = adapters > 0 ? static_cast<int32_t>(b % adapters) : -1;
         s.submit(q, [&](const TokenEvent& ev) {
           if (ev.index == 0 && ++tokens == batch) first_token_at = seconds_since(t0);
           return true;
@@ -96,14 +118,16 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
     }
     GenerateBenchRow row;
     row.batch = batch;
+    row.adapters = std::min(adapters, batch);
     row.prefill_tokens_per_s = median(prefill);
     row.decode_step_s = median(decode);
     row.decode_tokens_per_s = static_cast<double>(batch) / row.decode_step_s;
     r.rows.push_back(row);
+   }
   }
   r.copy_bytes_per_s = measure_copy_bytes_per_s(size_t{512} << 20);
   for (const GenerateBenchRow& row : r.rows) {
-    if (row.batch == 1) r.batch1_bandwidth_fraction = r.weight_bytes / row.decode_step_s / r.copy_bytes_per_s;
+    if (row.batch == 1 && row.adapters == 0) r.batch1_bandwidth_fraction = r.weight_bytes / row.decode_step_s / r.copy_bytes_per_s;
   }
   return r;
 }
@@ -113,14 +137,15 @@ std::string describe(const GenerateBenchResult& r, const ModelConfig& model,
   std::string out = fmt::format(
       "bench generate: {} ({} weight bytes, {}), prompt {} tokens, {} new tokens, prefill chunk {} "
       "rows, {} threads\n"
-      "{:>6} {:>16} {:>16} {:>14}\n",
+      "{:>6} {:>8} {:>16} {:>16} {:>14}\n",
       model.name, static_cast<int64_t>(r.weight_bytes), to_string(o.precision), o.prompt_tokens,
-      o.new_tokens, prefill_rows(o), omp_get_max_threads(), "batch", "prefill tok/s", "decode tok/s", "decode step");
+      o.new_tokens, prefill_rows(o), omp_get_max_threads(), "batch", "adapters", "prefill tok/s", "decode tok/s", "decode step");
   nlohmann::json rows = nlohmann::json::array();
   for (const GenerateBenchRow& row : r.rows) {
-    out += fmt::format("{:>6} {:>16.1f} {:>16.1f} {:>11.2f} ms\n", row.batch,
-                       row.prefill_tokens_per_s, row.decode_tokens_per_s, 1e3 * row.decode_step_s);
+    out += fmt::format("{:>6} {:>8} {:>16.1f} {:>16.1f} {:>11.2f} ms\n", row.batch,
+                       row.adapters, row.prefill_tokens_per_s, row.decode_tokens_per_s, 1e3 * row.decode_step_s);
     rows.push_back({{"batch", row.batch},
+                    {"adapters", row.adapters},
                     {"prefill_tokens_per_s", row.prefill_tokens_per_s},
                     {"decode_tokens_per_s", row.decode_tokens_per_s}});
   }

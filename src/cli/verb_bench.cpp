@@ -111,6 +111,11 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
                         "prompt rows one step may add (0 = every prompt of the largest batch "
                         "at once)");
   add_choice_flag(*generate, "--precision", gen->opts.precision, "fp32 or bf16");
+  add_min_flag<int64_t>(*generate, "--adapters", gen->opts.adapters, 0,
+                        "also run each batch over this many random LoRA adapters, round-robin "
+                        "in one decode batch (serve --adapter)");
+  add_min_flag<int64_t>(*generate, "--lora-rank", gen->opts.lora_rank, 1,
+                        "the adapters' rank (on every map)");
   generate->callback([&run, gen] {
     run = [gen] {
       for (int64_t b : gen->opts.batches) {

@@ -17,6 +17,7 @@
 #     requests get 404, the freed slot takes another adapter;
 #   - under mpirun -np 4 --tp 2 --pp 2 (each stage reads its part of an adapter added while
 #     serving) the same texts;
+#   - jumbo bench generate --adapters measures the base alone and a batch over adapters;
 #   - mistakes in the flags: one line, exit non-zero.
 # Usage: serve_adapters.sh JUMBO REPO
 source "$(dirname "$0")/../support/harness.sh" "$@"
@@ -141,6 +142,16 @@ if start_server grid mpirun -np 4 "$jumbo" serve --checkpoint "$tmp/base" --port
   client batch "$tmp/cases12.json"
   stop_server grid USR1
 fi
+
+# ---- jumbo bench generate --adapters: the base alone and a batch over two adapters --------
+"$jumbo" bench generate -m inputs/models/tiny.toml --batch 4 --prompt 8 --new-tokens 4 \
+  --repeats 1 --adapters 2 --lora-rank 4 >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out"; fail "bench generate --adapters"; }
+python3 - "$tmp/bench.out" <<'EOF' || fail "bench generate --adapters: its rows"
+import json, sys
+rows = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["rows"]
+assert [(r["batch"], r["adapters"]) for r in rows] == [(4, 0), (4, 2)], rows
+assert all(r["decode_tokens_per_s"] > 0 for r in rows), rows
+EOF
 
 # ---- mistakes at start: one line each, exit non-zero ---------------------------------------
 expect_start_error() {

@@ -22,10 +22,16 @@ struct GenerateBenchOptions {
   // of the largest batch in one step, one forward as a batched framework's prefill.
   int64_t prefill_chunk = 0;
   Precision precision = Precision::fp32;
+  // LoRA adapters over the one base (serve's --adapter): with adapters > 0 each batch is also
+  // run with its sequences spread round-robin over that many random adapters of lora_rank on
+  // every map, all in one decode batch, next to the base alone.
+  int64_t adapters = 0;
+  int64_t lora_rank = 16;
 };
 
 struct GenerateBenchRow {
   int64_t batch = 0;
+  int64_t adapters = 0;  // the adapters the batch's sequences ran (0: the base alone)
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
   double decode_step_s = 0;
