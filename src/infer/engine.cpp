@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
+#include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/model/lora.h"
 #include "jumbo/parallel/stage_plan.h"
 #include "jumbo/train/checkpoint_io.h"
@@ -104,17 +106,6 @@ void decode_step(const std::vector<char>& in, size_t at, EngineStep& s) {
   }
 }
 
-// Collective: when `error` is set on any rank, throws UserError on every rank with the
-// message of the lowest such rank (a shard that one stage cannot read fails them all alike).
-void agree_on_error(Comm& world, const std::string& error) {
-  const double last = world.all_reduce_scalar(
-      error.empty() ? 0.0 : static_cast<double>(world.size() - world.rank()), ReduceOp::max);
-  if (last == 0) return;
-  const int first = world.size() - static_cast<int>(last);
-  std::vector<char> bytes(error.begin(), error.end());
-  world.broadcast_bytes(bytes, first);
-  throw UserError(std::string(bytes.begin(), bytes.end()));
-}
 
 std::vector<char> encode_picks(const std::vector<TokenPick>& picks) {
   std::vector<char> out;
@@ -253,7 +244,10 @@ LoraShape GenerationEngine::install_adapter(int32_t slot, const std::string& pat
   } catch (const UserError& e) {
     error = e.what();
   }
-  agree_on_error(*world_, error);
+  // A shard one stage cannot read fails every rank alike (rank 0 answers the caller).
+  if (const std::optional<std::string> failed = first_error(*world_, error)) {
+    throw UserError(error.empty() ? *failed : error);
+  }
   decoder_->set_adapter(slot, store, m.lora);
   return m.lora;
 }

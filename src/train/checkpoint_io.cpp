@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <string>
+
 #include "jumbo/ckpt/checkpointer.h"
 
 
@@ -23,7 +26,8 @@ std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
 }
 
 void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp) {
-  if (dp.rank() == 0) {
+  std::string error;
+  if (dp.rank() == 0) try {
     // One range per parameter: the whole slice this rank holds.
     std::vector<OptimRange> ranges;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -49,8 +53,18 @@ void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& b
     }
     load_checkpoint_pieces(*ckpt.storage, ckpt.dir, ckpt.manifest, pieces);
     if (!direct) write_from_f32(backend, weights, staged.data());
+  } catch (const UserError& e) {
+    error = e.what();
   }
-  if (dp.size() > 1) dp.broadcast(params.all_weights(), 0);
+  // The replicas wait for the broadcast: a read that failed on dp rank 0 fails them too.
+  if (dp.size() > 1) {
+    if (const std::optional<std::string> failed = first_error(dp, error)) {
+      throw UserError(error.empty() ? *failed : error);
+    }
+    dp.broadcast(params.all_weights(), 0);
+  } else if (!error.empty()) {
+    throw UserError(error);
+  }
 }
 
 }  // namespace jumbo

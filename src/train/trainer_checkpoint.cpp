@@ -117,7 +117,15 @@ void Trainer::load_frozen_base(const std::string& path, const std::string& where
     throw UserError(fmt::format("{}: fingerprint {}, but this fine-tune started from {}: the base "
                                 "checkpoint changed", where, found, fingerprint));
   }
-  load_weights(ckpt, stage_->model().params(), backend_, stage_->groups().dp);
+  std::string error;  // a shard one rank cannot read fails every rank alike
+  try {
+    load_weights(ckpt, stage_->model().params(), backend_, stage_->groups().dp);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  if (const std::optional<std::string> failed = first_error(*world_, error)) {
+    throw UserError(error.empty() ? *failed : error);
+  }
   init_from_ = {ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step, found};
 }
 

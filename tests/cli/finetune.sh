@@ -260,6 +260,21 @@ expect_error full_from_adapters "train.init_from = .*lora_unbroken: a LoRA check
   --set "data.train=$tmp/sft" --set "data.tokenizer=$tmp/tok.model" --set data.valid= \
   --set train.steps=1 --set train.global_batch=1 --set log.peak_tflops=1 --set train.eval_every=0 \
   --set "train.init_from=$tmp/lora_unbroken"
+# A damaged base shard under data parallelism: dp rank 0 reads it, its replica waits for the
+# broadcast; both end with the reader's line instead of one waiting forever.
+cp -r "$tmp/base" "$tmp/damaged_base"
+truncate -s 100 "$tmp"/damaged_base/step_00000150/tp0-pp0-dp0.h5
+status=0
+timeout 120 mpirun -np 2 "$jumbo" train --set model.preset=inputs/models/tiny.toml "${ctx[@]}" \
+  --set parallel.micro_batch=1 --set "data.train=$tmp/sft" --set "data.tokenizer=$tmp/tok.model" \
+  --set data.valid= --set train.steps=1 --set train.global_batch=2 --set log.peak_tflops=1 \
+  --set train.eval_every=0 --set "train.init_from=$tmp/damaged_base" "${lora[@]}" \
+  >"$tmp/damaged.out" 2>"$tmp/damaged.err" || status=$?
+[[ $status -eq 2 ]] || fail "a damaged base under dp 2: exit $status, expected 2 (124: it hung)"
+for r in 0 1; do  # each rank says why, the replica naming the reader
+  grep -qE "^jumbo: rank $r: error: (rank 0: )?.*damaged_base/step_00000150/tp0-pp0-dp0.h5: 100 bytes, the manifest says" \
+    "$tmp/damaged.err" || fail "a damaged base under dp 2: no line from rank $r: $(cat "$tmp/damaged.err")"
+done
 echo '{"prompt": "Genre:"}' >"$tmp/no_completion.jsonl"
 expect_error no_completion "no_completion.jsonl:1: no such key, expected a string field \"completion\"" \
   "$jumbo" data prepare --format prompt-completion --input "$tmp/no_completion.jsonl" \

@@ -107,6 +107,7 @@ def refused(status_expected, pattern, name, path):
              f"matching {pattern!r}")
     if request("GET", "/health")[0] != 200:
         fail("the server is not up after a refused adapter")
+    print(f"refused {status}: {message}", flush=True)
 
 
 def remove_in_flight(cases, model):

@@ -38,8 +38,9 @@ model=tiny@step_00000040
 # Three LoRA fine-tunes of the base (on the same documents, at a high learning rate, so their
 # texts part from the base's within a few steps), and one of another base.
 lora() {
-  local name=$1 base=$2 rank=$3 targets=$4 seed=$5
-  train_small "$jumbo" 1 "$tmp" "${ctx[@]}" --set "train.init_from=$base" \
+  local name=$1 base=$2 rank=$3 targets=$4 seed=$5 np=${6:-1}
+  shift $(($# < 6 ? $# : 6))
+  train_small "$jumbo" "$np" "$tmp" "${ctx[@]}" "$@" --set "train.init_from=$base" \
     --set finetune.method=lora --set "finetune.lora_rank=$rank" \
     --set "finetune.lora_alpha=$((2 * rank))" --set "finetune.lora_targets=$targets" \
     --set train.lr=2e-2 --set train.warmup_tokens=0 --set train.steps=12 --set "train.seed=$seed" \
@@ -50,6 +51,8 @@ lora a1 "$tmp/base" 4 qkv,proj,fc1,fc2 1 && lora a2 "$tmp/base" 8 qkv,fc2 2 &&
   lora a3 "$tmp/base" 2 proj,fc1 3 || finish
 train_small "$jumbo" 1 "$tmp" "${ctx[@]}" --set train.steps=4 --set checkpoint.every=4 \
   --set "checkpoint.dir=$tmp/other" >/dev/null 2>&1 && lora foreign "$tmp/other" 4 qkv 4 || finish
+# Saved by two pipeline stages (a shard per stage), for a load that fails on one stage only.
+lora staged "$tmp/base" 4 qkv 5 2 --set parallel.pp=2 || finish
 
 # ---- expectations: jumbo generate [--adapter], per model and (seed, temperature) ---------
 prompts=("The jury said" "In the" "He was a" "It is not")
@@ -138,6 +141,12 @@ fi
 if start_server grid mpirun -np 4 "$jumbo" serve --checkpoint "$tmp/base" --port 0 \
   --tp 2 --pp 2 --max-batch 16 --adapter "a1=$tmp/a1" --max-adapters 2 --max-lora-rank 8; then
   client refused 400 "not a LoRA checkpoint" a2 "$tmp/base"
+  # A shard that only the second stage reads is damaged: the ranks of both stages drop the load
+  # alike (the first stage read its part) and the server goes on.
+  cp -r "$tmp/staged" "$tmp/damaged"
+  [[ -f $tmp/damaged/step_00000012/tp0-pp1-dp0.h5 ]] || fail "the two-stage adapter has no stage-1 shard"
+  truncate -s 100 "$tmp"/damaged/step_00000012/tp0-pp1-dp0.h5
+  client refused 400 "tp0-pp1-dp0.h5" a2 "$tmp/damaged"
   client add a2 "$tmp/a2"
   client batch "$tmp/cases12.json"
   stop_server grid USR1

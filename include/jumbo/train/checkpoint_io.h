@@ -31,7 +31,8 @@ std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
 // Collective over `dp`: dp rank 0 loads the master weights of `params` (a stage of any tp x pp
 // layout, its shapes from gpt_stage_params) from the checkpoint and the replicas receive them;
 // then the compute copy is refreshed. Only `master` is read (a null state pointer is skipped).
-// For inference, and LoRA's frozen base. Throws UserError naming the file or tensor.
+// For inference, and LoRA's frozen base. Throws UserError naming the file or tensor, on every
+// rank of `dp` alike (the replicas would otherwise wait for the broadcast).
 void load_weights(const ResolvedCheckpoint& ckpt, ParamStore& params, Backend& backend, Comm& dp);
 
 }  // namespace jumbo
