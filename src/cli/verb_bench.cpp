@@ -7,6 +7,7 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/bench/bench.h"
+#include "jumbo/bench/bench_comm.h"
 #include "jumbo/bench/bench_generate.h"
 #include "jumbo/bench/load_generator.h"
 #include "jumbo/comm/comm.h"
@@ -146,6 +147,36 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       const CkptBenchResult r =
           bench_checkpoint(load_model_config(ck->first), ck->second, *world);
       if (world->rank() == 0) fmt::print("{}\n", describe(r, ck->second, world->size()));
+      return 0;
+    };
+  });
+
+  struct CommArgs {
+    CommBenchOptions opts;
+    Device device = Device::cpu;
+  };
+  auto cm = std::make_shared<CommArgs>();
+  CLI::App* comm = bench->add_subcommand(
+      "comm", "collectives over a layout's tp, dp and pp groups and the world (under mpirun or "
+              "srun): time, algorithm and bus bandwidth by size, as nccl-tests reports them");
+  add_min_flag<int64_t>(*comm, "--tp", cm->opts.tp, 1, "tensor-parallel ranks of the layout");
+  add_min_flag<int64_t>(*comm, "--pp", cm->opts.pp, 1, "pipeline stages of the layout");
+  add_min_flag<int64_t>(*comm, "--min-bytes", cm->opts.min_bytes, 4, "the smallest size");
+  add_min_flag<int64_t>(*comm, "--max-bytes", cm->opts.max_bytes, 4,
+                        "the largest size (sizes double from the smallest)");
+  add_min_flag<int64_t>(*comm, "--iters", cm->opts.iters, 1, "timed operations per size (at most)");
+  add_min_flag<int64_t>(*comm, "--warmup", cm->opts.warmup, 0, "untimed operations per size");
+  comm->add_option("--seconds-per-size", cm->opts.seconds_per_size,
+                   "fewer iterations once a size's take longer than this")->capture_default_str();
+  add_choice_flag(*comm, "--device", cm->device, "cpu (MPI) or cuda (NCCL)");
+  comm->callback([&run, cm] {
+    run = [cm] {
+      auto backend = make_backend(cm->device);
+      auto world = make_world_comm(*backend);
+      const std::vector<CommBenchRow> rows = bench_comm(cm->opts, *backend, world);
+      if (world->rank() == 0) {
+        fmt::print("{}\n", describe(rows, cm->opts, world->size(), to_string(cm->device)));
+      }
       return 0;
     };
   });

@@ -1,0 +1,170 @@
+#include "jumbo/bench/bench_comm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "jumbo/comm/grid.h"
+#include "jumbo/config/config.h"
+
+namespace jumbo {
+
+const char* to_string(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce: return "all_reduce";
+    case CommOp::reduce_scatter: return "reduce_scatter";
+    case CommOp::all_gather: return "all_gather";
+    case CommOp::p2p: return "p2p";
+  }
+  return "?";
+}
+
+double bus_bandwidth_factor(CommOp op, int n) {
+  const double ranks = static_cast<double>(n);
+  switch (op) {
+    case CommOp::all_reduce: return 2.0 * (ranks - 1) / ranks;
+    case CommOp::reduce_scatter:
+    case CommOp::all_gather: return (ranks - 1) / ranks;
+    case CommOp::p2p: return 1.0;
+  }
+  return 1.0;
+}
+
+namespace {
+
+constexpr CommOp kOps[] = {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather,
+                           CommOp::p2p};
+
+// S rounded up to whole f32 elements, a multiple of the group's ranks (the blocks of
+// reduce-scatter and all-gather).
+int64_t elements_for(int64_t bytes, int n) {
+  const int64_t per = std::max<int64_t>(1, (bytes + 4 * n - 1) / (4 * n));
+  return per * n;
+}
+
+// One operation of `op` on S = elements x 4 bytes over `g`: `big` holds S, `small` S / n.
+void run_once(CommOp op, Comm& g, Tensor big, Tensor small) {
+  const int n = g.size(), r = g.rank();
+  switch (op) {
+    case CommOp::all_reduce: g.all_reduce(big, ReduceOp::sum); break;
+    case CommOp::reduce_scatter: g.reduce_scatter(big, small); break;
+    case CommOp::all_gather: g.all_gather(small, big); break;
+    case CommOp::p2p: {
+      // Each rank sends S to the next of the ring and receives S from the one before: `big`
+      // goes out, `small`'s room would not hold it, so the receive lands in big's second half
+      // of a buffer twice S (the caller's layout).
+      const int64_t e = big.numel() / 2;
+      Tensor out = big.rows(0, e), in = big.rows(e, e);
+      g.group_start();
+      CommRequest s = g.isend(out, (r + 1) % n, 7);
+      CommRequest q = g.irecv(in, (r + n - 1) % n, 7);
+      g.group_end();
+      g.wait(s);
+      g.wait(q);
+      break;
+    }
+  }
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend,
+                                     std::shared_ptr<Comm> world) {
+  std::string problem;
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) {
+    problem = fmt::format("bench comm: --min-bytes {} --max-bytes {}: expected 4 <= min <= max",
+                          o.min_bytes, o.max_bytes);
+  } else if (o.tp < 1 || o.pp < 1 || world->size() % (o.tp * o.pp) != 0) {
+    problem = fmt::format("bench comm: --tp {} x --pp {} does not divide the {} ranks", o.tp,
+                          o.pp, world->size());
+  }
+  if (!problem.empty()) {  // the same on every rank: said once, rank 0's error ends them all
+    if (world->rank() == 0) throw UserError(problem);
+    world->barrier();
+  }
+  Grid grid(world, static_cast<int>(o.tp), static_cast<int>(o.pp));
+  const std::pair<const char*, Comm*> groups[] = {
+      {"tp", &grid.tp()}, {"dp", &grid.dp()}, {"pp", &grid.pp()}, {"world", world.get()}};
+  // One buffer for every size: twice the largest S (p2p's send and receive halves).
+  const int64_t most = 2 * elements_for(o.max_bytes, world->size());
+  Arena arena = backend.device().make_arena(static_cast<size_t>(most) * 4 + 2 * Arena::kAlign,
+                                            "bench comm");
+  Tensor all = arena.alloc(DType::f32, {most});
+  backend.fill(all, 0.0f);  // sums of zeros stay zeros, however many operations run
+  std::vector<CommBenchRow> rows;
+  for (const auto& [name, comm] : groups) {
+    Comm& g = *comm;
+    if (g.size() < 2) continue;
+    for (CommOp op : kOps) {
+      int64_t previous = 0;
+      for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+        const int64_t e = elements_for(bytes, g.size());
+        if (e == previous) continue;  // rounded up to the size already timed
+        previous = e;
+        const Tensor big = all.rows(0, op == CommOp::p2p ? 2 * e : e);
+        const Tensor small = all.rows(e, e / g.size());
+        auto timed = [&](int64_t count) {
+          g.barrier();
+          const double t0 = now_s();
+          for (int64_t i = 0; i < count; ++i) run_once(op, g, big, small);
+          backend.stream().synchronize();
+          return g.all_reduce_scalar(now_s() - t0, ReduceOp::max);
+        };
+        timed(o.warmup);
+        // The first timed operation decides how many more fit the size's time, alike on
+        // every rank (the slowest rank's time).
+        const double one = timed(1);
+        const int64_t iters = std::clamp<int64_t>(
+            static_cast<int64_t>(o.seconds_per_size / std::max(one, 1e-9)), 1, o.iters);
+        const double seconds = timed(iters) / static_cast<double>(iters);
+        CommBenchRow row;
+        row.group = name;
+        row.op = op;
+        row.ranks = g.size();
+        row.bytes = e * 4;
+        row.iters = iters;
+        row.seconds = seconds;
+        row.algbw = static_cast<double>(row.bytes) / seconds;
+        row.busbw = row.algbw * bus_bandwidth_factor(op, g.size());
+        rows.push_back(row);
+      }
+    }
+  }
+  return rows;
+}
+
+std::string describe(const std::vector<CommBenchRow>& rows, const CommBenchOptions& o,
+                     int world_size, const std::string& device) {
+  std::string out = fmt::format(
+      "bench comm: {} ranks, tp {} x pp {} x dp {}, {}; bus bandwidth as nccl-tests defines it "
+      "(all_reduce x 2(n-1)/n, reduce_scatter and all_gather x (n-1)/n, p2p x 1)\n",
+      world_size, o.tp, o.pp, world_size / (o.tp * o.pp), device);
+  nlohmann::json all = nlohmann::json::array();
+  std::string shown;
+  for (const CommBenchRow& r : rows) {
+    const std::string key = r.group + " " + to_string(r.op);
+    if (key != shown) {
+      out += fmt::format("{} ({} ranks) {}\n{:>12} {:>8} {:>12} {:>12} {:>12}\n", r.group,
+                         r.ranks, to_string(r.op), "bytes", "iters", "time us", "algbw GB/s",
+                         "busbw GB/s");
+      shown = key;
+    }
+    out += fmt::format("{:>12} {:>8} {:>12.2f} {:>12.3f} {:>12.3f}\n", r.bytes, r.iters,
+                       1e6 * r.seconds, r.algbw / 1e9, r.busbw / 1e9);
+    all.push_back({{"group", r.group}, {"op", to_string(r.op)}, {"ranks", r.ranks},
+                   {"bytes", r.bytes}, {"iters", r.iters}, {"seconds", r.seconds},
+                   {"algbw", r.algbw}, {"busbw", r.busbw}});
+  }
+  out += nlohmann::json{{"world", world_size}, {"tp", o.tp}, {"pp", o.pp}, {"device", device},
+                        {"rows", all}}
+             .dump();
+  return out;
+}
+
+}  // namespace jumbo
