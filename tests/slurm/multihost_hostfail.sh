@@ -61,8 +61,11 @@ every = 50
 peak_tflops = 1
 EOF
 
-# One requeue to wait out: cred_expire 10 s, not ParallelCluster's 70 s.
-SLURM_TEST_CRED_EXPIRE=10 start_multihost "$tmp/slurm" mhfail 2 4 ||
+# One requeue to wait out: cred_expire 10 s, not ParallelCluster's 70 s. SlurmdTimeout 90 s:
+# above the watchdog's 10 s + KillWait 30 s + srun's 2 s + a ping interval, as ParallelCluster's
+# 180 s is, so srun returns the ranks' exit 4 before slurmctld can call host2 failed (at 30 s,
+# the harness default, the two raced: a node-failure cancel sometimes came first).
+MULTIHOST_SLURMD_TIMEOUT=90 SLURM_TEST_CRED_EXPIRE=10 start_multihost "$tmp/slurm" mhfail 2 4 ||
   fail "could not start the two-host cluster"
 job_user_test_dirs "$tmp" "$repo" "$jumbo" || fail "the job user cannot use this checkout"
 unset JUMBO_HOME JUMBO_RUN_DIR JUMBO_CKPT_DIR JUMBO_LAUNCHER JUMBO_SRUN_ARGS
