@@ -66,6 +66,14 @@ Received decode_command(const std::vector<char>& in, size_t& at) {
   return r;
 }
 
+// Collective: world rank 0's command (its slot and path) on every rank.
+Received share_command(Comm& world, Command c, int32_t slot, const std::string& path) {
+  std::vector<char> bytes = world.rank() == 0 ? encode_command(c, slot, path) : std::vector<char>{};
+  world.broadcast_bytes(bytes, 0);
+  size_t at = 0;
+  return decode_command(bytes, at);  // rank 0's, on every rank
+}
+
 std::vector<char> encode_step(const EngineStep& s) {
   std::vector<char> out;
   put(out, Command::step);
@@ -105,7 +113,6 @@ void decode_step(const std::vector<char>& in, size_t at, EngineStep& s) {
     r.index = w.index;
   }
 }
-
 
 std::vector<char> encode_picks(const std::vector<TokenPick>& picks) {
   std::vector<char> out;
@@ -200,20 +207,12 @@ void GenerationEngine::stop_followers() {
 }
 
 LoraShape GenerationEngine::load_adapter(int32_t slot, const std::string& path) {
-  std::vector<char> bytes = leader() ? encode_command(Command::load_adapter, slot, path)
-                                     : std::vector<char>{};
-  world_->broadcast_bytes(bytes, 0);
-  size_t at = 0;
-  const Received r = decode_command(bytes, at);  // rank 0's
+  const Received r = share_command(*world_, Command::load_adapter, slot, path);
   return install_adapter(r.slot, r.path);
 }
 
 void GenerationEngine::remove_adapter(int32_t slot) {
-  std::vector<char> bytes = leader() ? encode_command(Command::remove_adapter, slot)
-                                     : std::vector<char>{};
-  world_->broadcast_bytes(bytes, 0);
-  size_t at = 0;
-  decoder_->clear_adapter(decode_command(bytes, at).slot);
+  decoder_->clear_adapter(share_command(*world_, Command::remove_adapter, slot, "").slot);
 }
 
 LoraShape GenerationEngine::install_adapter(int32_t slot, const std::string& path) {
