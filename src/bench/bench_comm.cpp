@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -11,31 +14,8 @@
 
 namespace jumbo {
 
-const char* to_string(CommOp op) {
-  switch (op) {
-    case CommOp::all_reduce: return "all_reduce";
-    case CommOp::reduce_scatter: return "reduce_scatter";
-    case CommOp::all_gather: return "all_gather";
-    case CommOp::p2p: return "p2p";
-  }
-  return "?";
-}
-
-double bus_bandwidth_factor(CommOp op, int n) {
-  const double ranks = static_cast<double>(n);
-  switch (op) {
-    case CommOp::all_reduce: return 2.0 * (ranks - 1) / ranks;
-    case CommOp::reduce_scatter:
-    case CommOp::all_gather: return (ranks - 1) / ranks;
-    case CommOp::p2p: return 1.0;
-  }
-  return 1.0;
-}
-
 namespace {
 
-constexpr CommOp kOps[] = {CommOp::all_reduce, CommOp::reduce_scatter, CommOp::all_gather,
-                           CommOp::p2p};
 
 // S rounded up to whole f32 elements, a multiple of the group's ranks (the blocks of
 // reduce-scatter and all-gather).
@@ -45,13 +25,13 @@ int64_t elements_for(int64_t bytes, int n) {
 }
 
 // One operation of `op` on S = elements x 4 bytes over `g`: `big` holds S, `small` S / n.
-void run_once(CommOp op, Comm& g, Tensor big, Tensor small) {
+void run_once(Collective op, Comm& g, Tensor big, Tensor small) {
   const int n = g.size(), r = g.rank();
   switch (op) {
-    case CommOp::all_reduce: g.all_reduce(big, ReduceOp::sum); break;
-    case CommOp::reduce_scatter: g.reduce_scatter(big, small); break;
-    case CommOp::all_gather: g.all_gather(small, big); break;
-    case CommOp::p2p: {
+    case Collective::all_reduce: g.all_reduce(big, ReduceOp::sum); break;
+    case Collective::reduce_scatter: g.reduce_scatter(big, small); break;
+    case Collective::all_gather: g.all_gather(small, big); break;
+    case Collective::p2p: {
       // Each rank sends S to the next of the ring and receives S from the one before: `big`
       // goes out, `small`'s room would not hold it, so the receive lands in big's second half
       // of a buffer twice S (the caller's layout).
@@ -67,6 +47,17 @@ void run_once(CommOp op, Comm& g, Tensor big, Tensor small) {
     }
   }
 }
+
+}  // namespace
+
+double host_id() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  // 52 bits: exact in the double the scalar all-reduces carry.
+  return static_cast<double>(std::hash<std::string>{}(name) & ((uint64_t{1} << 52) - 1));
+}
+
+namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -98,16 +89,19 @@ std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend
   Tensor all = arena.alloc(DType::f32, {most});
   backend.fill(all, 0.0f);  // sums of zeros stay zeros, however many operations run
   std::vector<CommBenchRow> rows;
+  const double host = host_id();
   for (const auto& [name, comm] : groups) {
     Comm& g = *comm;
     if (g.size() < 2) continue;
-    for (CommOp op : kOps) {
+    const bool one_host = -g.all_reduce_scalar(-host, ReduceOp::max) ==
+                          g.all_reduce_scalar(host, ReduceOp::max);
+    for (Collective op : kCollectives) {
       int64_t previous = 0;
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
         const int64_t e = elements_for(bytes, g.size());
         if (e == previous) continue;  // rounded up to the size already timed
         previous = e;
-        const Tensor big = all.rows(0, op == CommOp::p2p ? 2 * e : e);
+        const Tensor big = all.rows(0, op == Collective::p2p ? 2 * e : e);
         const Tensor small = all.rows(e, e / g.size());
         auto timed = [&](int64_t count) {
           g.barrier();
@@ -132,6 +126,7 @@ std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend
         row.seconds = seconds;
         row.algbw = static_cast<double>(row.bytes) / seconds;
         row.busbw = row.algbw * bus_bandwidth_factor(op, g.size());
+        row.one_host = one_host;
         rows.push_back(row);
       }
     }
@@ -150,8 +145,8 @@ std::string describe(const std::vector<CommBenchRow>& rows, const CommBenchOptio
   for (const CommBenchRow& r : rows) {
     const std::string key = r.group + " " + to_string(r.op);
     if (key != shown) {
-      out += fmt::format("{} ({} ranks) {}\n{:>12} {:>8} {:>12} {:>12} {:>12}\n", r.group,
-                         r.ranks, to_string(r.op), "bytes", "iters", "time us", "algbw GB/s",
+      out += fmt::format("{} ({} ranks{}) {}\n{:>12} {:>8} {:>12} {:>12} {:>12}\n", r.group,
+                         r.ranks, r.one_host ? ", one host" : ", across hosts", to_string(r.op), "bytes", "iters", "time us", "algbw GB/s",
                          "busbw GB/s");
       shown = key;
     }
@@ -159,7 +154,7 @@ std::string describe(const std::vector<CommBenchRow>& rows, const CommBenchOptio
                        1e6 * r.seconds, r.algbw / 1e9, r.busbw / 1e9);
     all.push_back({{"group", r.group}, {"op", to_string(r.op)}, {"ranks", r.ranks},
                    {"bytes", r.bytes}, {"iters", r.iters}, {"seconds", r.seconds},
-                   {"algbw", r.algbw}, {"busbw", r.busbw}});
+                   {"algbw", r.algbw}, {"busbw", r.busbw}, {"one_host", r.one_host}});
   }
   out += nlohmann::json{{"world", world_size}, {"tp", o.tp}, {"pp", o.pp}, {"device", device},
                         {"rows", all}}

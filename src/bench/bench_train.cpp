@@ -126,9 +126,8 @@ PlanRequest plan_request_of(const RunConfig& cfg, const GpuSpec& gpu, int64_t no
                             int64_t gpus_per_node) {
   PlanRequest r;
   r.model = cfg.model;
-  r.gpu = gpu;
+  r.set_gpu(gpu, gpus_per_node);
   r.nodes = nodes;
-  r.gpus_per_node = gpus_per_node;
   r.target.device = PlanDevice::gpu;
   r.target.precision = cfg.train.precision;
   r.target.global_batch = cfg.train.global_batch;
@@ -140,6 +139,13 @@ PlanRequest plan_request_of(const RunConfig& cfg, const GpuSpec& gpu, int64_t no
 PlanCandidate planned_step(const RunConfig& cfg, const GpuSpec& gpu, int64_t nodes,
                            int64_t gpus_per_node) {
   return evaluate_layout(plan_request_of(cfg, gpu, nodes, gpus_per_node), cfg.parallel);
+}
+
+PlanCandidate planned_step(const RunConfig& cfg, const Machine& machine, int64_t nodes) {
+  PlanRequest r = plan_request_of(cfg, *find_gpu("a100-40gb"), nodes, machine.ranks_per_host);
+  r.set_machine(machine);
+  if (machine.device == Device::cpu) r.target.device = PlanDevice::cpu;
+  return evaluate_layout(r, cfg.parallel);
 }
 
 std::string layout_token(const Layout& l) {
@@ -205,13 +211,14 @@ RunBenchResult bench_run(const RunConfig& config, const RunBenchOptions& opts, B
   std::vector<double> sorted = r.step_times_s;
   std::sort(sorted.begin(), sorted.end());
   r.step_time_s = sorted[sorted.size() / 2];
-  if (r.device == Device::cuda) {
-    const PlanCandidate c = planned_step(cfg, *gpu, opts.nodes, per_node);
+  if (!opts.machine.empty() || r.device == Device::cuda) {
+    const PlanCandidate c = opts.machine.empty()
+                                ? planned_step(cfg, *gpu, opts.nodes, per_node)
+                                : planned_step(cfg, load_machine(opts.machine), opts.nodes);
     r.has_plan = true;
     r.plan_step_time_s = c.step_time_s;
-    r.plan_terms = fmt::format("compute {:.3f} s, bubble {:.3f} s, tp comm {:.3f} s, dp comm "
-                               "{:.3f} s, pp comm {:.3f} s",
-                               c.compute_s, c.bubble_s, c.tp_comm_s, c.dp_comm_s, c.pp_comm_s);
+    r.plan_terms = describe_time_terms(c);
+    if (!opts.machine.empty()) r.gpu = opts.machine;
   }
   return r;
 }
@@ -236,8 +243,8 @@ std::string describe(const RunBenchResult& r, const RunConfig& cfg, const RunBen
                        layout_token(r.layout), to_string(r.device), r.gpu, r.world);
   } else {
     out += fmt::format("preflight: step measured={:.4f}s plan=na ratio=na layout={} device={} "
-                       "ranks={} (the plan's time model is for GPUs: estimate_time uses a GPU's "
-                       "bf16 peak, NVLink and EFA, and has no CPU form)",
+                       "ranks={} (a CPU run is estimated on a measured machine: --machine FILE "
+                       "from jumbo bench comm --write-machine)",
                        r.step_time_s, layout_token(r.layout), to_string(r.device), r.world);
   }
   return out;

@@ -1,13 +1,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/bench/bench.h"
 #include "jumbo/bench/bench_comm.h"
+#include "jumbo/bench/bench_machine.h"
 #include "jumbo/bench/bench_generate.h"
 #include "jumbo/bench/load_generator.h"
 #include "jumbo/comm/comm.h"
@@ -20,6 +25,27 @@
 #include "verbs.h"
 
 namespace jumbo::cli {
+
+// Writes `text` to PATH.partial, then renames it over PATH: a failed write leaves what was
+// there. Throws UserError naming the path and the system's reason.
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      const int err = errno;
+      std::remove(partial.c_str());
+      throw UserError(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+    }
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(partial.c_str());
+    throw UserError(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+  }
+}
 
 void add_bench_verb(CLI::App& app, VerbRunner& run) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (kernels: build/benchmarks/bench_kernels)");
@@ -63,6 +89,10 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   train->add_option("--nodes", args->run.nodes, "--config: nodes of the plan (ranks = nodes x "
                                                 "GPUs per node)")
       ->capture_default_str()
+      ->needs(config);
+  train->add_option("--machine", args->run.machine,
+                    "--config: a machine description (jumbo bench comm --write-machine) for the "
+                    "plan's estimate instead of --gpu's; on a CPU run too")
       ->needs(config);
   train->add_option("--gpus-per-node", args->run.gpus_per_node,
                     "--config: ranks per node of the plan (default: ranks / nodes)")
@@ -154,6 +184,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   struct CommArgs {
     CommBenchOptions opts;
     Device device = Device::cpu;
+    std::string write_machine;
   };
   auto cm = std::make_shared<CommArgs>();
   CLI::App* comm = bench->add_subcommand(
@@ -169,6 +200,9 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   comm->add_option("--seconds-per-size", cm->opts.seconds_per_size,
                    "fewer iterations once a size's take longer than this")->capture_default_str();
   add_choice_flag(*comm, "--device", cm->device, "cpu (MPI) or cuda (NCCL)");
+  comm->add_option("--write-machine", cm->write_machine,
+                   "also measure every rank's FMA peak, GEMM rate and memory bandwidth, and "
+                   "write a machine description for jumbo plan --machine (docs/plan.md)");
   comm->callback([&run, cm] {
     run = [cm] {
       auto backend = make_backend(cm->device);
@@ -176,6 +210,17 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
       const std::vector<CommBenchRow> rows = bench_comm(cm->opts, *backend, world);
       if (world->rank() == 0) {
         fmt::print("{}\n", describe(rows, cm->opts, world->size(), to_string(cm->device)));
+      }
+      if (!cm->write_machine.empty()) {
+        const CommBenchOptions& o = cm->opts;
+        const std::string command = fmt::format(
+            "jumbo bench comm --tp {} --pp {} --min-bytes {} --max-bytes {} on {} ranks", o.tp,
+            o.pp, o.min_bytes, o.max_bytes, world->size());
+        const Machine m = measure_machine(rows, *backend, *world, command);
+        if (world->rank() == 0) {
+          write_text_file(cm->write_machine, machine_toml(m));
+          fmt::print("wrote {}: {}\n", cm->write_machine, m.source);
+        }
       }
       return 0;
     };

@@ -11,6 +11,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/config/gpus.h"
 #include "jumbo/plan/finetune.h"
+#include "jumbo/config/machine.h"
 #include "jumbo/plan/search.h"
 #include "jumbo/plan/storage.h"
 #include "flags.h"
@@ -55,7 +56,7 @@ int64_t parse_bytes(const std::string& text) {
 
 void add_plan_verb(CLI::App& app, VerbRunner& run) {
   struct Args {
-    std::string model, config, gpu = "a100-40gb", tokens,
+    std::string model, config, gpu = "a100-40gb", machine, tokens,
         price = fmt::format("{}", kP4dOnDemandUsdPerNodeHour);
     std::vector<std::string> overrides;
     Precision precision = Precision::bf16;
@@ -74,10 +75,18 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
                                  "run config TOML (model, global batch and precision from it)");
   model->excludes(config);
   cmd->add_option("--set", args->overrides, "override a key of the run config");
-  cmd->add_option("--gpu", args->gpu, "GPU type: " + known_gpu_names())->capture_default_str();
+  auto* gpu_flag =
+      cmd->add_option("--gpu", args->gpu, "GPU type: " + known_gpu_names())->capture_default_str();
   add_min_flag<int64_t>(*cmd, "--nodes", args->nodes, 1,
                         "nodes (required, but with --finetune: default the fewest that fit)");
-  add_min_flag<int64_t>(*cmd, "--gpus-per-node", args->gpus_per_node, 1, "GPUs per node");
+  auto* per_node_flag =
+      add_min_flag<int64_t>(*cmd, "--gpus-per-node", args->gpus_per_node, 1, "GPUs per node");
+  cmd->add_option("--machine", args->machine,
+                  "a machine description TOML (jumbo bench peak/comm --write-machine): its "
+                  "peak, GEMM rate, memory and measured collectives instead of --gpu's "
+                  "data sheet (docs/plan.md)")
+      ->excludes(gpu_flag)
+      ->excludes(per_node_flag);
   cmd->add_option("--global-batch", args->global_batch,
                   "sequences per step (default: the run config's, else 1536 = 3.2M tokens of 2048)");
   cmd->add_option("--seq", args->seq, "tokens per sequence (default: model.context)");
@@ -162,7 +171,6 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
       if (!gpu)
         throw UserError(fmt::format("jumbo plan: --gpu {}: expected one of {}", args->gpu,
                                     known_gpu_names()));
-      r.gpu = *gpu;
       if (args->global_batch < 0 || args->seq < 0 || args->seq > r.model.context)
         throw UserError(fmt::format("jumbo plan: --global-batch {} --seq {}: expected >= 1, and "
                                     "a sequence no longer than model.context = {}",
@@ -176,10 +184,14 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         throw UserError("jumbo plan: --storage sizes a pre-training checkpoint; with --finetune "
                         "lora the plan prints the adapter-only checkpoint's bytes");
       r.nodes = args->nodes;
-      r.gpus_per_node = args->gpus_per_node;
+      r.set_gpu(*gpu, args->gpus_per_node);
+      r.target.device = PlanDevice::gpu;
+      if (!args->machine.empty()) {
+        r.set_machine(load_machine(args->machine));
+        if (r.machine.device == Device::cpu) r.target.device = PlanDevice::cpu;
+      }
       if (args->global_batch > 0) r.target.global_batch = args->global_batch;
       r.target.seq = args->seq;
-      r.target.device = PlanDevice::gpu;
       r.target.precision = args->precision;
       r.target.fine_tune = args->fine_tune;
       r.target.lora = args->lora;
@@ -247,7 +259,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
           throw UserError(fmt::format(
               "jumbo plan: no layout of {} fits {} nodes of {} x {} ({} layouts tried): no "
               "storage to size",
-              r.model.name, r.nodes, r.gpus_per_node, r.gpu.label, searched));
+              r.model.name, r.nodes, r.gpus_per_node, r.device_label(), searched));
         fmt::print("{}", format_storage_keys(*storage));
         return 0;
       }
@@ -256,7 +268,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
         if (!best)
           throw UserError(fmt::format(
               "jumbo plan: no layout of {} fits {} nodes of {} x {} ({} layouts tried)",
-              r.model.name, r.nodes, r.gpus_per_node, r.gpu.label, searched));
+              r.model.name, r.nodes, r.gpus_per_node, r.device_label(), searched));
         fmt::print("{}\n", layout_overrides(best->layout));
         return 0;
       }

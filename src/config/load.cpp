@@ -189,6 +189,8 @@ std::string known_sections() {
   return out;
 }
 
+}  // namespace
+
 // A TOML basic string: what the user would type, and valid TOML for describe().
 std::string toml_quoted(std::string_view s) {
   std::string out = "\"";
@@ -208,6 +210,8 @@ std::string toml_quoted(std::string_view s) {
   }
   return out + "\"";
 }
+
+namespace {
 
 // Shortest text that reads back as the same double, always with a '.', 'e', "inf" or "nan".
 std::string number_text(double v) {

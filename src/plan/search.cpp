@@ -14,7 +14,6 @@
 namespace jumbo {
 namespace {
 
-constexpr double kGemmEfficiency = 0.6;  // share of peak a large bf16 GEMM sustains
 // layout_bound's thresholds (docs/plan.md "Time and cost to train").
 constexpr double kMemoryBoundShare = 0.9;    // of the GPU's memory
 constexpr double kOverheadBoundShare = 0.1;  // of the step time
@@ -39,57 +38,150 @@ std::string short_days(double d) { return fmt::format("{:.{}f}", d, d >= 1 ? 1 :
 
 }  // namespace
 
+void PlanRequest::set_gpu(const GpuSpec& spec, int64_t per_node) {
+  gpu = spec;
+  gpus_per_node = per_node;
+  machine = machine_of_gpu(spec, per_node);
+  measured_machine = false;
+}
+
+void PlanRequest::set_machine(const Machine& m) {
+  machine = m;
+  gpus_per_node = m.ranks_per_host;
+  measured_machine = true;
+}
+
+std::string PlanRequest::host_label() const {
+  return measured_machine ? machine.name : std::string(gpu.instance);
+}
+
+std::string PlanRequest::device_label() const {
+  return measured_machine ? std::string("rank") : std::string(gpu.label);
+}
+
 void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const Layout& l = c.layout;
   const ModelConfig& m = r.model;
+  const Machine& mc = r.machine;
   const int64_t seq = r.seq();
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
-  const double peak = r.gpu.bf16_tflops * 1e12;
+  const double gemm_rate = mc.peak_flops * mc.gemm_efficiency;  // per rank
   // A forward is a third of the model FLOPs, the backward two thirds: the inputs' gradients
   // and the weights'. LoRA's frozen base has no weights' gradients (the adapters' are
   // negligible), so a LoRA step runs, and is credited with, two thirds.
   const double pretraining_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
   const bool lora = r.target.fine_tune == FineTune::lora;
   const double model_flops = lora ? pretraining_flops * 2.0 / 3.0 : pretraining_flops;
-  // Full recomputation runs each layer's forward once more, a third of pre-training's FLOPs.
-  const bool full = l.recompute == Recompute::full;
-  const double hw_flops = model_flops + (full ? pretraining_flops / 3.0 : 0);
-  c.compute_s = hw_flops / (world * peak * kGemmEfficiency);
+  // The attention core's share, 6 B s^2 l h of the model FLOPs (flops.h, causal at half),
+  // runs at the machine's attention rate, the rest (GEMMs) at its GEMM rate.
+  const double attention_flops = 6.0 * static_cast<double>(r.target.global_batch) *
+                                 static_cast<double>(seq * seq) *
+                                 static_cast<double>(m.layers * m.d_model);
+  const double attention_rate = mc.peak_flops * mc.attention_efficiency;
+  const auto time_of = [&](double gemm_flops, double attn_flops) {
+    return (gemm_flops / gemm_rate + attn_flops / attention_rate) / world;
+  };
+  const double model_attention = lora ? attention_flops * 2.0 / 3.0 : attention_flops;
+  c.compute_s = time_of(model_flops - model_attention, model_attention);
+  // Full recomputation runs each layer's forward once more (a third of pre-training's
+  // FLOPs); selective, the attention core's forward (a third of its FLOPs).
+  // The memory-bound kernels between the GEMMs (layer norms, GELU, residual adds and their
+  // backwards: about 42 b s h values a layer; the cross-entropy's five passes over the
+  // logits), at the machine's memory bandwidth. A full recompute runs the forward's 18 again.
+  const double tokens = static_cast<double>(r.target.global_batch * seq);
+  const double dtype_bytes = r.target.precision == Precision::bf16 ? 2 : 4;
+  const double per_token = (42.0 * static_cast<double>(m.layers * m.d_model)) * dtype_bytes +
+                           5.0 * 4.0 * static_cast<double>(m.padded_vocab(l.tp));
+  c.elementwise_s = tokens * per_token / (world * mc.memory_bandwidth);
+  const double elementwise_forward = tokens * 18.0 * static_cast<double>(m.layers * m.d_model) *
+                                     dtype_bytes / (world * mc.memory_bandwidth);
+  c.recompute_s = (l.recompute == Recompute::full ? elementwise_forward : 0) +
+                  (l.recompute == Recompute::full
+                      ? time_of((pretraining_flops - attention_flops) / 3.0, attention_flops / 3.0)
+                  : l.recompute == Recompute::selective ? time_of(0, attention_flops / 3.0)
+                                                        : 0);
   const int64_t micro = c.memory.microbatches;
-  c.bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.virtual_stages * micro);
-  c.bubble_s = c.compute_s * c.bubble;
+  const double v = static_cast<double>(l.virtual_stages);
+  c.bubble = static_cast<double>(l.pp - 1) / (v * static_cast<double>(micro));
 
-  // Tensor parallelism: per layer and microbatch two collectives forward and two backward
-  // (two more when the forward is recomputed), each of the b s h bf16 activations, over a
-  // ring inside the node.
-  const double act_bytes = 2.0 * static_cast<double>(l.micro_batch * seq * m.d_model);
-  const double ring = l.tp > 1 ? 2.0 * static_cast<double>(l.tp - 1) / static_cast<double>(l.tp) : 0;
-  const double passes = full ? 6 : 4;
-  const double layers = static_cast<double>(c.memory.layers);
-  c.tp_comm_s =
-      layers * static_cast<double>(micro) * passes * ring * act_bytes / (r.gpu.nvlink_bus_gbps * 1e9);
-  // Data parallelism: reduce-scatter (or all-reduce) of the f32 main grads and, with
-  // ZeRO-1, the all-gather of bf16 weights, of the trained parameters (LoRA: the adapters),
-  // over the node's EFA shared by its GPUs. Counted as not overlapped with the backward: an
-  // upper bound.
-  const double per_gpu_net = r.gpu.node_network_gbits / 8.0 * 1e9 / static_cast<double>(r.gpus_per_node);
-  const double n = static_cast<double>(c.memory.trained_params);
-  const double dp_ring = l.dp > 1 ? static_cast<double>(l.dp - 1) / static_cast<double>(l.dp) : 0;
-  const double dp_bytes = l.zero1_active() ? dp_ring * (4 * n + 2 * n) : 2 * dp_ring * 4 * n;
-  c.dp_comm_s = dp_bytes / per_gpu_net;
-  // Pipeline: each microbatch's activations cross to the next stage and their gradients back.
-  c.pp_comm_s = l.pp > 1 ? static_cast<double>(micro) * 2 * act_bytes /
-                               static_cast<double>(l.sequence_parallel_active() ? l.tp : 1) / per_gpu_net
-                         : 0;
-  c.step_time_s = c.compute_s + c.bubble_s + c.comm_s();
-  c.mfu = model_flops / (c.step_time_s * world * peak);
+  // Ranks are numbered tp fastest, then dp, then pp (comm/grid.cpp): a group is inside a
+  // host while its span of ranks fits in one.
+  const int64_t host = mc.ranks_per_host;
+  const NetLevel tp_level = l.tp <= host ? NetLevel::intra : NetLevel::inter;
+  const NetLevel dp_level = l.tp * l.dp <= host ? NetLevel::intra : NetLevel::inter;
+  const NetLevel pp_level = l.tp * l.dp * l.pp <= host ? NetLevel::intra : NetLevel::inter;
+  const double dtype = r.target.precision == Precision::bf16 ? 2 : 4;
+  const double micro_d = static_cast<double>(micro);
+
+  // Tensor parallelism (model/layer.cpp): per layer and microbatch two collectives forward
+  // and two backward, two more when the forward is recomputed, each of the b s h activations
+  // (an all-reduce; with sequence parallelism an all-gather and a reduce-scatter, the same
+  // bus bytes); and two per microbatch for the embedding and the head. On the critical path.
+  if (l.tp > 1) {
+    const double act = dtype * static_cast<double>(l.micro_batch * seq * m.d_model);
+    const double one = l.sequence_parallel_active()
+                           ? 0.5 * (mc.seconds(tp_level, Collective::all_gather, act, l.tp) +
+                                    mc.seconds(tp_level, Collective::reduce_scatter, act, l.tp))
+                           : mc.seconds(tp_level, Collective::all_reduce, act, l.tp);
+    const double per_layer = l.recompute == Recompute::full ? 6 : 4;
+    c.tp_comm_s = micro_d * (static_cast<double>(c.memory.layers) * per_layer + 2) * one;
+  }
+  // Pipeline: each microbatch's activations go to the next stage and their gradients come
+  // back, once per model chunk (interleaving sends v times as often), on the critical path.
+  if (l.pp > 1) {
+    const double act = dtype * static_cast<double>(l.micro_batch * seq * m.d_model) /
+                       static_cast<double>(l.sequence_parallel_active() ? l.tp : 1);
+    c.pp_comm_s = micro_d * v * 2 * mc.seconds(pp_level, Collective::p2p, act, 2);
+  }
+  c.bubble_s =
+      (c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s + c.pp_comm_s) * c.bubble;
+
+  // Data parallelism (train/grad_sync.cpp): the f32 main grads of the trained parameters in
+  // buckets of layout.bucket_size, each reduce-scattered (ZeRO-1) or all-reduced once the
+  // last microbatch's backward has made it final; under ZeRO-1 the weights (compute dtype)
+  // all-gathered after the step and waited for by the next forward, layer by layer. All but
+  // the last bucket's reduction can hide behind the last backward, all but the first
+  // bucket's gather behind the first forward, as far as the machine overlaps (mc.overlap).
+  if (l.dp > 1) {
+    const double n = static_cast<double>(c.memory.trained_params);
+    const double buckets = std::max(1.0, std::ceil(n / static_cast<double>(l.bucket_size)));
+    const Collective reduce = l.zero1_active() ? Collective::reduce_scatter : Collective::all_reduce;
+    const double grads_s = buckets * mc.seconds(dp_level, reduce, 4 * n / buckets, l.dp);
+    const double gather_s =
+        l.zero1_active() ? buckets * mc.seconds(dp_level, Collective::all_gather, dtype * n / buckets, l.dp) : 0;
+    const double per_micro = (c.compute_s + c.elementwise_s + c.recompute_s) / micro_d;
+    const double backward_window = per_micro * 2.0 / 3.0 * mc.overlap;
+    const double forward_window = per_micro / 3.0 * mc.overlap;
+    const double grads_exposed = std::max(grads_s / buckets, grads_s - backward_window);
+    const double gather_exposed = l.zero1_active() ? std::max(gather_s / buckets, gather_s - forward_window) : 0;
+    c.dp_total_s = grads_s + gather_s;
+    c.dp_comm_s = grads_exposed + gather_exposed;
+  }
+  // AdamW (backend adamw) reads the grad, both moments and the f32 master and writes the
+  // three back (28 bytes), plus the compute copy in bf16 (2) and the grad norm's read (4),
+  // over this rank's parameters: its 1/dp shard under ZeRO-1. Memory-bound.
+  const double owned = static_cast<double>(c.memory.trained_params) /
+                       (l.zero1_active() ? static_cast<double>(l.dp) : 1.0);
+  c.optimizer_s = owned * (28 + (r.target.precision == Precision::bf16 ? 2 : 0) + 4) /
+                  mc.memory_bandwidth;
+  c.step_time_s = c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s + c.pp_comm_s + c.bubble_s +
+                  c.dp_comm_s + c.optimizer_s;
+  c.mfu = model_flops / (c.step_time_s * world * mc.peak_flops);
+}
+
+std::string describe_time_terms(const PlanCandidate& c) {
+  return fmt::format("compute {:.4g} s, elementwise {:.4g} s, recompute {:.4g} s, tp {:.4g} s, "
+                     "pp {:.4g} s, bubble {:.4g} s ({:.1f}%), dp {:.4g} s exposed of {:.4g} s, "
+                     "optimizer {:.4g} s",
+                     c.compute_s, c.elementwise_s, c.recompute_s, c.tp_comm_s, c.pp_comm_s, c.bubble_s,
+                     100 * c.bubble, c.dp_comm_s, c.dp_total_s, c.optimizer_s);
 }
 
 PlanCandidate evaluate_layout(const PlanRequest& r, const Layout& l) {
   PlanCandidate c;
   c.layout = l;
   c.memory = estimate_memory(r.model, l, r.target);
-  c.fits = c.memory.total() <= static_cast<double>(r.gpu.memory_bytes);
+  c.fits = c.memory.total() <= r.machine.memory_bytes;
   estimate_time(r, c);
   return c;
 }
@@ -160,9 +252,9 @@ std::string format_fewest_nodes(const FewestNodes& f) {
   const PlanRequest& r = f.request;
   if (!f.found)
     return fmt::format("fewest nodes that fit: none of 1 to {} nodes of {} x {}\n", r.nodes,
-                       r.gpus_per_node, r.gpu.label);
+                       r.gpus_per_node, r.device_label());
   return fmt::format("fewest nodes that fit: {} x {} = {} x {} (tried 1 to {} nodes)\n", r.nodes,
-                     r.gpu.instance, r.world(), r.gpu.label, r.nodes);
+                     r.host_label(), r.world(), r.device_label(), r.nodes);
 }
 
 PlanBound layout_bound(const PlanCandidate& c, double gpu_memory_bytes) {
@@ -220,7 +312,7 @@ std::string explain_memory(const MemoryEstimate& e, double budget_bytes, const s
 std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& fitting,
                         int64_t searched, size_t limit) {
   const ModelConfig& m = r.model;
-  const double gpu_bytes = static_cast<double>(r.gpu.memory_bytes);
+  const double gpu_bytes = r.machine.memory_bytes;
   const bool costed = r.tokens > 0;
   const FineTune method = r.target.fine_tune;
   const bool lora = method == FineTune::lora;
@@ -228,8 +320,8 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
   std::string out = fmt::format(
       "{}: {:.1f}B parameters on {} x {} = {} x {} ({:.1f} GiB each), global batch {} x {} "
       "tokens, {}{}\n",
-      m.name, static_cast<double>(parameter_count(m)) / 1e9, r.nodes, r.gpu.instance, r.world(),
-      r.gpu.label, gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision),
+      m.name, static_cast<double>(parameter_count(m)) / 1e9, r.nodes, r.host_label(), r.world(),
+      r.device_label(), gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision),
       kMethodNames[static_cast<int>(method)]);
   out += describe_fine_tune(m, method, r.target.lora, r.target.precision);
   if (fitting.empty()) {
@@ -253,7 +345,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
                      shown < fitting.size() ? fmt::format(" (first {}; --limit 0 for all)", shown) : "");
   if (lora) out += "  (base: the frozen weights; weights, grads, optim: the adapters')\n";
   out += fmt::format("  tp  pp   dp  mb recompute zero1 | {}weights  grads  optim  activ inflight  "
-                     "work |  total | bubble est.MFU | bound",
+                     "work |  total | bubble  step s est.MFU | bound",
                      lora ? "  base " : "");
   out += costed ? "   |   days   GPU-h    cost\n" : "\n";
   for (size_t i = 0; i < shown; ++i) {
@@ -264,13 +356,13 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
     // The adapters' state is small: two decimals to tell its terms apart.
     const int adapter_digits = lora ? 2 : 1;
     out += fmt::format("  {:>2} {:>3} {:>4} {:>3} {:<9} {:<5} | {}{:>7.{}f} {:>6.{}f} {:>6.{}f} "
-                       "{:>6.1f} {:>8} {:>5.1f} | {:>6.1f} | {:>5.1f}% {:>5.1f}% | {}",
+                       "{:>6.1f} {:>8} {:>5.1f} | {:>6.1f} | {:>5.1f}% {:>7.4g} {:>5.1f}% | {}",
                        l.tp, l.pp, l.dp, l.micro_batch, to_string(l.recompute),
                        l.zero1_active() ? "yes" : "no",
                        lora ? fmt::format("{:>6.1f} ", gib(e.frozen_weights)) : "",
                        gib(e.weights), adapter_digits, gib(e.grads), adapter_digits,
                        gib(e.optimizer), adapter_digits, gib(e.activations),
-                       e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, 100 * c.mfu,
+                       e.in_flight, gib(e.workspace), gib(e.total()), 100 * c.bubble, c.step_time_s, 100 * c.mfu,
                        costed ? fmt::format("{:<7}", bound) : bound);
     if (costed) {
       const TrainingCost t = training_cost(r, c);
@@ -287,13 +379,16 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
                      costed ? fmt::format("; {} days and ${} for {} tokens", short_days(t.days),
                                           short_amount(t.usd), short_amount(r.tokens))
                             : "",
-                     explain_memory(best->memory, gpu_bytes, std::string(r.gpu.label)));
+                     explain_memory(best->memory, gpu_bytes, r.device_label()));
   if (costed)
     out += fmt::format("  time: {:.0f} steps x {:.2f} s = {} days on {} nodes, {} GPU-hours, ${} at "
                        "{}; bound: {}\n",
                        t.steps, best->step_time_s, short_days(t.days), r.nodes,
                        short_amount(t.gpu_hours), short_amount(t.usd), price,
                        to_string(layout_bound(*best, gpu_bytes)));
+  out += fmt::format("  step {:.4g} s: {}\n  machine: {}{}\n", best->step_time_s,
+                     describe_time_terms(*best), r.machine.name,
+                     r.machine.source.empty() ? "" : fmt::format(" ({})", r.machine.source));
   out += fmt::format("  overrides: {}\n", layout_overrides(best->layout));
   return out;
 }

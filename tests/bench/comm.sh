@@ -41,6 +41,23 @@ for path, groups in ((sys.argv[1], {"tp": 2, "dp": 2, "world": 4}),
     print(f"{path}: {len(rows)} rows; world all_reduce of {big['bytes']} B: "
           f"{big['busbw'] / 1e9:.3f} GB/s bus bandwidth")
 EOF
+# --write-machine: a description jumbo plan --machine reads, its collectives on one host
+# (intra), none across hosts, each step's terms printed.
+mpirun -np 2 "$jumbo" bench comm --max-bytes 4096 --iters 2 --warmup 1 \
+  --write-machine "$tmp/machine.toml" >"$tmp/machine.out" 2>&1 </dev/null ||
+  fail "bench comm --write-machine: $(tail -3 "$tmp/machine.out")"
+for key in 'device = "cpu"' 'ranks_per_host = 2' '[intra.all_reduce]' '[intra.p2p]' \
+  gemm_efficiency attention_efficiency memory_gbps; do
+  grep -qF "$key" "$tmp/machine.toml" || fail "machine.toml has no $key"
+done
+grep -q '^\[inter' "$tmp/machine.toml" && fail "one host's machine.toml has inter costs"
+"$jumbo" plan --model inputs/models/tiny.toml --machine "$tmp/machine.toml" --nodes 1 \
+  --global-batch 8 --precision fp32 >"$tmp/plan.out" 2>&1 || fail "plan --machine: $(cat "$tmp/plan.out")"
+grep -qE '^  step [0-9.e-]+ s: compute .* elementwise .* tp .* dp .* exposed of .* optimizer' \
+  "$tmp/plan.out" || fail "plan --machine printed no terms: $(cat "$tmp/plan.out")"
+# Two such hosts have no numbers between them: a layout across them is refused by name.
+expect_error no_inter "no inter.all_reduce costs" "$jumbo" plan --model inputs/models/tiny.toml \
+  --machine "$tmp/machine.toml" --nodes 2 --global-batch 8 --precision fp32
 expect_error bad_layout "bench comm: --tp 3 x --pp 1 does not divide the 1 ranks" \
   "$jumbo" bench comm --tp 3 --max-bytes 64
 expect_error bad_sizes "bench comm: --min-bytes 64 --max-bytes 8: expected 4 <= min <= max" \

@@ -38,9 +38,8 @@ TEST_F(BenchRun, PlannedStepIsThePlansEstimateOfItsRecommendedLayout) {
   r.target.global_batch = cfg.train.global_batch;
   r.target.precision = cfg.train.precision;
   r.target.device = PlanDevice::gpu;
-  r.gpu = gpu;
+  r.set_gpu(gpu, 8);
   r.nodes = 64;
-  r.gpus_per_node = 8;
   const std::vector<PlanCandidate> fitting = search_layouts(r);
   const PlanCandidate* best = recommended_layout(fitting);
   ASSERT_NE(best, nullptr);
@@ -78,7 +77,8 @@ TEST_F(BenchRun, TheLastLineIsMachineReadableWithTheRatioOnAGpuAndNaOnTheCpu) {
   last = out.substr(out.rfind('\n') + 1);
   EXPECT_TRUE(std::regex_search(
       last, std::regex("^preflight: step measured=30\\.0000s plan=na ratio=na layout=tp8,pp16,"
-                       "dp4,[^ ]+ device=cpu ranks=512 \\(the plan's time model is for GPUs")))
+                       "dp4,[^ ]+ device=cpu ranks=512 \\(a CPU run is estimated on a "
+                       "measured machine: --machine FILE")))
       << last;
 }
 

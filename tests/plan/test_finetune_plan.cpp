@@ -17,9 +17,8 @@ ModelConfig load(const char* name) {
 PlanRequest jumbo_fine_tune(FineTune method, const char* gpu = "a100-80gb") {
   PlanRequest r;
   r.model = load("j1-jumbo");
-  r.gpu = *find_gpu(gpu);
   r.nodes = 1;
-  r.gpus_per_node = 8;
+  r.set_gpu(*find_gpu(gpu), 8);
   r.target.global_batch = 1536;
   r.target.fine_tune = method;
   return r;

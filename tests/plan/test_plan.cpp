@@ -20,9 +20,8 @@ ModelConfig load(const char* name) {
 PlanRequest jumbo_on(int64_t nodes, const char* gpu = "a100-40gb") {
   PlanRequest r;
   r.model = load("j1-jumbo");
-  r.gpu = *find_gpu(gpu);
   r.nodes = nodes;
-  r.gpus_per_node = 8;
+  r.set_gpu(*find_gpu(gpu), 8);
   r.target.device = PlanDevice::gpu;
   r.target.precision = Precision::bf16;
   r.target.global_batch = 1536;
@@ -113,8 +112,12 @@ TEST(PlanSearch, JumboOn64P4dNodesFitsAndTheListIsFastestFirst) {
 TEST(PlanSearch, StepTimeIsTheSumOfItsTerms) {
   const PlanRequest r = jumbo_on(64);
   for (const PlanCandidate& c : search_layouts(r)) {
-    EXPECT_DOUBLE_EQ(c.step_time_s, c.compute_s + c.bubble_s + c.tp_comm_s + c.dp_comm_s + c.pp_comm_s);
-    EXPECT_DOUBLE_EQ(c.bubble_s, c.compute_s * c.bubble);
+    EXPECT_DOUBLE_EQ(c.step_time_s, c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s +
+                                        c.pp_comm_s + c.bubble_s + c.dp_comm_s + c.optimizer_s);
+    EXPECT_DOUBLE_EQ(c.bubble_s, (c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s +
+                                  c.pp_comm_s) * c.bubble);
+    EXPECT_LE(c.dp_comm_s, c.dp_total_s);  // what hides behind the backward is not counted
+    EXPECT_EQ(c.recompute_s > 0, c.layout.recompute != Recompute::none);
     EXPECT_EQ(c.tp_comm_s > 0, c.layout.tp > 1);
     EXPECT_EQ(c.dp_comm_s > 0, c.layout.dp > 1);
     EXPECT_EQ(c.pp_comm_s > 0, c.layout.pp > 1);

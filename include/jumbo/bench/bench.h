@@ -54,17 +54,20 @@ struct RunBenchOptions {
   std::string gpu;
   int64_t nodes = 1;
   int64_t gpus_per_node = 0;  // 0: world size / nodes
+  // A machine description (config/machine.h) for the estimate instead of the GPU's data
+  // sheet: its ranks_per_host is the ranks per node; a CPU run gets an estimate too.
+  std::string machine;
 };
 
 struct RunBenchResult {
   double step_time_s = 0;  // median over the timed steps of the slowest rank's step
   std::vector<double> step_times_s;  // the slowest rank's, per timed step
-  // The plan's estimate of this layout on `gpu` (a GPU run only: the time model knows no
-  // CPU, see plan/search.h's estimate_time, which reads GpuSpec's peak, NVLink and EFA).
+  // The plan's estimate of this layout: on a GPU run from the GPU type's data sheet, on any
+  // run from --machine's description (a CPU run without one has none).
   bool has_plan = false;
   double plan_step_time_s = 0;
-  std::string gpu;          // the GPU type the estimate is for
-  std::string plan_terms;   // "compute 1.2 s, bubble 0.3 s, ..." (the estimate's parts)
+  std::string gpu;          // the GPU type or machine description the estimate is for
+  std::string plan_terms;   // describe_time_terms (plan/search.h): the estimate's parts
   Layout layout;            // as validated for the world (dp set)
   Device device = Device::cpu;
   int world = 1;
@@ -77,6 +80,8 @@ struct RunBenchResult {
 // sequence model.context, the GPU time model), evaluated for that one layout.
 PlanCandidate planned_step(const RunConfig& cfg, const GpuSpec& gpu, int64_t nodes,
                            int64_t gpus_per_node);
+// The same on a machine description (its ranks per host; the CPU memory model on a CPU one).
+PlanCandidate planned_step(const RunConfig& cfg, const Machine& machine, int64_t nodes);
 RunBenchResult bench_run(const RunConfig& cfg, const RunBenchOptions& opts, Backend& backend,
                          std::shared_ptr<Comm> world);
 // "tp2,pp1,dp2,mb1,vs1,recompute=none,zero1=0,sp=0": no blanks, for key=value parsers.

@@ -14,13 +14,12 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/config/machine.h"
 
 namespace jumbo {
 
-enum class CommOp { all_reduce, reduce_scatter, all_gather, p2p };
-const char* to_string(CommOp op);
-// The bus bandwidth factor of `op` over n ranks (nccl-tests' definitions, above).
-double bus_bandwidth_factor(CommOp op, int n);
+// The collectives and their bus bandwidth factors: config/machine.h (Collective,
+// bus_bandwidth_factor), which the planner's time model reads too.
 
 struct CommBenchOptions {
   int64_t tp = 1, pp = 1;  // the layout whose groups are timed; dp = world / (tp x pp)
@@ -33,14 +32,18 @@ struct CommBenchOptions {
 
 struct CommBenchRow {
   std::string group;  // "tp", "dp", "pp", "world"
-  CommOp op = CommOp::all_reduce;
+  Collective op = Collective::all_reduce;
   int ranks = 0;
   int64_t bytes = 0;      // S
   int64_t iters = 0;
   double seconds = 0;     // per operation: the slowest rank's mean
   double algbw = 0, busbw = 0;  // bytes per second
+  bool one_host = false;  // every rank of the group on one host (the machine's intra level)
 };
 
+// This host's name hashed to 52 bits (a double the scalar collectives carry exactly): ranks
+// with equal ids share a host.
+double host_id();
 // Collective over `world` (the communicator the backend's tensors go through: MPI, or NCCL
 // on a GPU). Groups of one rank are skipped. Throws UserError naming --tp / --pp when the
 // world is not a multiple of tp x pp, or the sizes are out of order.

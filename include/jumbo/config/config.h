@@ -256,6 +256,9 @@ std::optional<E> parse_choice(std::string_view name);
 template <typename E>
 std::string choice_names();
 
+// A TOML basic string of s, quoted and escaped (what a user would type).
+std::string toml_quoted(std::string_view s);
+
 // Reads a run config TOML file, applies `section.key=value` overrides, validates.
 // Throws UserError with one line on any mistake.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);

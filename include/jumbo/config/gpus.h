@@ -16,6 +16,7 @@ struct GpuSpec {
   std::string_view instance; // the AWS instance of 8 of them, for messages and docs
   double nvlink_bus_gbps;    // intra-node all-reduce bus bandwidth NCCL reaches, GB/s
   double node_network_gbits; // the instance's EFA bandwidth, Gbit/s per node
+  double hbm_gbps;           // device memory bandwidth (data sheet), GB/s
 };
 
 const std::vector<GpuSpec>& known_gpus();

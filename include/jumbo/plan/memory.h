@@ -57,7 +57,7 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
 MemoryEstimate estimate_memory(const ModelConfig& m, const Layout& l, const PlanTarget& t);
 
 // The fixed part of the workspace: CUDA context, NCCL and cuBLAS buffers, allocator slack
-// on a GPU; binary, libraries, MPI and OpenBLAS on a CPU rank.
-double runtime_bytes(PlanDevice device);
+// on a GPU; binary, libraries, MPI and OpenBLAS on a CPU rank of a world of that many ranks.
+double runtime_bytes(PlanDevice device, int64_t world);
 
 }  // namespace jumbo

@@ -7,6 +7,7 @@
 
 #include "jumbo/config/config.h"
 #include "jumbo/config/gpus.h"
+#include "jumbo/config/machine.h"
 #include "jumbo/plan/memory.h"
 
 namespace jumbo {
@@ -18,8 +19,18 @@ constexpr double kP4dOnDemandUsdPerNodeHour = 32.7726;
 struct PlanRequest {
   ModelConfig model;
   GpuSpec gpu{};
+  // The time model's numbers: machine_of_gpu(gpu, gpus_per_node) (set_gpu), or a measured
+  // description (`jumbo plan --machine FILE`, set_machine), whose ranks_per_host is
+  // gpus_per_node and whose memory bounds the layouts.
+  Machine machine;
+  bool measured_machine = false;
   int64_t nodes = 1;
   int64_t gpus_per_node = 8;
+  void set_gpu(const GpuSpec& spec, int64_t per_node);
+  void set_machine(const Machine& m);
+  // "p4d.24xlarge" or the machine's name; "A100-SXM4-40GB" or "rank".
+  std::string host_label() const;
+  std::string device_label() const;
   PlanTarget target;  // device gpu, bf16, global batch, sequence length
   double tokens = 0;  // tokens to train on; 0 = no time-to-train and cost columns
   double price_per_node_hour = kP4dOnDemandUsdPerNodeHour;
@@ -31,17 +42,25 @@ struct PlanCandidate {
   Layout layout;
   MemoryEstimate memory;   // worst stage
   double bubble = 0;       // pipeline bubble fraction (p - 1) / (v m)
-  // The terms of the step time (docs/plan.md), in seconds; step_time_s is their sum.
-  double compute_s = 0;    // FLOPs at 60% of peak
-  double bubble_s = 0;     // compute_s x bubble
-  double tp_comm_s = 0;
-  double dp_comm_s = 0;
-  double pp_comm_s = 0;
+  // The terms of the step time (docs/plan.md "The time model"), in seconds; step_time_s is
+  // their sum.
+  double compute_s = 0;    // the model's FLOPs at the machine's GEMM and attention rates
+  double elementwise_s = 0;  // norms, GELU, adds, cross-entropy at its memory bandwidth
+  double recompute_s = 0;  // the forward run again (full) or the attention core (selective)
+  double tp_comm_s = 0;    // tensor-parallel collectives, on the critical path
+  double pp_comm_s = 0;    // activations and their gradients between stages
+  double bubble_s = 0;     // (compute + elementwise + recompute + tp + pp) x bubble
+  double dp_comm_s = 0;    // the part of the dp reduce-scatter / all-gather not overlapped
+  double dp_total_s = 0;   // the whole dp communication (printed next to what is exposed)
+  double optimizer_s = 0;  // AdamW over the rank's parameters (its shard under ZeRO-1)
   double step_time_s = 0;
   double mfu = 0;          // model FLOPs / (step time x GPUs x peak)
   bool fits = false;
   double comm_s() const { return tp_comm_s + dp_comm_s + pp_comm_s; }
 };
+// "compute 1.234 s, recompute 0, tp 0.1, pp 0.01, bubble 0.3, dp 0.05 exposed of 0.2,
+// optimizer 0.02": the terms, for bench train's preflight line and `jumbo plan --terms`.
+std::string describe_time_terms(const PlanCandidate& c);
 
 // Estimated step time and its terms, and MFU, of one layout (fills bubble, the *_s, mfu).
 void estimate_time(const PlanRequest& r, PlanCandidate& c);

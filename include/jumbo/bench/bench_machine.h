@@ -1,0 +1,33 @@
+#pragma once
+// `jumbo bench comm --write-machine FILE`: a machine description (config/machine.h) measured
+// on the ranks of this launch, for `jumbo plan --machine FILE`: every rank's compute rates
+// measured at once (what a rank gets while its neighbours on the host compute too), and the
+// collective curves of bench comm's rows, each group classed by whether its ranks share a
+// host (intra) or not (inter).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jumbo/backend/backend.h"
+#include "jumbo/bench/bench_comm.h"
+#include "jumbo/comm/comm.h"
+#include "jumbo/config/machine.h"
+
+namespace jumbo {
+
+struct ComputeRates {
+  double peak_flops = 0;        // the FMA loop (runtime/peak.h) on this rank's threads
+  double gemm_flops = 0;        // linear_fwd + linear_bwd at a training shape
+  double attention_flops = 0;   // attention_fwd + _bwd, FLOPs as model/flops.h counts them
+  double memory_bandwidth = 0;  // bytes/s of a streaming add of three 64 MiB arrays
+};
+// This rank's rates, measured for about `seconds` in all.
+ComputeRates measure_compute(Backend& backend, double seconds);
+
+// The description: rates averaged over the world's ranks, ranks per host and memory per
+// rank from rank 0's host, collective points from `rows` (bench_comm's, whose one_host says
+// the level). Collective: every rank calls it; rank 0's result is the one to write.
+Machine measure_machine(const std::vector<CommBenchRow>& rows, Backend& backend, Comm& world,
+                        const std::string& command);
+
+}  // namespace jumbo

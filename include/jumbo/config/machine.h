@@ -1,0 +1,83 @@
+#pragma once
+// A machine description: what the planner's time model (plan/search.h) needs to know of a
+// cluster, for GPUs (from data sheets, machine_of_gpu) or for any machine measured by
+// `jumbo bench peak --write-machine` and `jumbo bench comm --write-machine` (a TOML file,
+// docs/plan.md "Machine descriptions"), so one model predicts a CPU test cluster and a GPU one.
+//
+// Two levels of network: `intra` between ranks of one host (NVSwitch, shared memory) and
+// `inter` between hosts (EFA, a shaped veth). Each collective's cost is a curve of seconds
+// against bus bytes (S x the bus bandwidth factor of nccl-tests, below), measured points
+// interpolated, or latency + bus bytes / bus bandwidth where only those two are known.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jumbo/config/gpus.h"
+#include "jumbo/config/layout.h"
+
+namespace jumbo {
+
+enum class Collective { all_reduce, reduce_scatter, all_gather, p2p };
+inline constexpr Collective kCollectives[] = {Collective::all_reduce, Collective::reduce_scatter,
+                                              Collective::all_gather, Collective::p2p};
+const char* to_string(Collective c);
+// nccl-tests' bus bandwidth factor (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md) of a
+// collective over n ranks: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n,
+// point-to-point 1. busbw = algbw x factor; bus bytes = S x factor.
+double bus_bandwidth_factor(Collective c, int64_t n);
+
+struct CollectiveCost {
+  double latency_s = 0;  // the cost of a collective of (nearly) no bytes
+  double busbw = 0;      // bytes per second of bus bytes at large sizes
+  // Measured (bus bytes, seconds), bus bytes increasing; when present they decide, linearly
+  // interpolated in log-log and extrapolated at the largest point's bus bandwidth.
+  std::vector<std::pair<double, double>> points;
+  bool known() const { return busbw > 0 || !points.empty(); }
+  // Seconds of one collective moving S bytes (all-gather: the gathered output) over n ranks.
+  double seconds(Collective c, double bytes, int64_t n) const;
+};
+
+struct LinkCosts {
+  CollectiveCost all_reduce, reduce_scatter, all_gather, p2p;
+  const CollectiveCost& of(Collective c) const;
+  CollectiveCost& of(Collective c);
+};
+
+enum class NetLevel { intra, inter };
+const char* to_string(NetLevel l);
+
+struct Machine {
+  std::string name;    // "p4d.24xlarge", "host1,host2 (tc 1 Gbit/s)"
+  std::string source;  // where the numbers come from (data sheets, the commands that measured)
+  int64_t ranks_per_host = 8;  // ranks (GPUs) of one host: the intra level
+  double peak_flops = 0;       // per rank, dense, in the training dtype
+  double gemm_efficiency = 0.6;  // share of peak a training step's GEMMs sustain
+  // Share of peak the attention core (q k^T, softmax, p v; forward and backward) sustains,
+  // its FLOPs counted as the model's (causal at half, model/flops.h): flash attention on a
+  // GPU, the reference kernel on a CPU, both well below the GEMMs'.
+  double attention_efficiency = 0.4;
+  double memory_bytes = 0;       // per rank
+  double memory_bandwidth = 0;   // bytes/s per rank: the optimizer step reads and writes it
+  // The share of a collective's time that can hide behind computation running at the same
+  // time: 1 where they use different engines (a GPU's SMs and NCCL's copies), 0 where one
+  // core does both (a CPU rank per core: the ring's thread takes the core from the GEMMs).
+  double overlap = 1;
+  Device device = Device::cuda;  // what the ranks compute on: the memory model's target
+  LinkCosts intra, inter;
+  // Seconds of one collective on `level`; throws UserError naming the machine and the level
+  // when the description has no numbers for it (a file measured on one host has no inter).
+  double seconds(NetLevel level, Collective c, double bytes, int64_t n) const;
+  const LinkCosts& link(NetLevel level) const { return level == NetLevel::intra ? intra : inter; }
+  LinkCosts& link(NetLevel level) { return level == NetLevel::intra ? intra : inter; }
+};
+
+// A GPU cluster of spec's nodes (8 GPUs per host), each number from a data sheet or
+// published measurement named in Machine::source and in gpus.cpp.
+Machine machine_of_gpu(const GpuSpec& spec, int64_t gpus_per_node);
+// Reads a machine TOML; throws UserError naming the file, key and value on anything wrong.
+Machine load_machine(const std::string& path);
+// The TOML load_machine reads (what --write-machine writes).
+std::string machine_toml(const Machine& m);
+
+}  // namespace jumbo
