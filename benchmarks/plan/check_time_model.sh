@@ -5,6 +5,8 @@
 # for each layout of a small model and prints predicted against measured step times, their
 # ratio, the terms, and the two rankings. A benchmark, not a test: run it on a quiet machine.
 #   benchmarks/plan/check_time_model.sh [JUMBO] [OUT_DIR]
+# CHECK_HOSTS (e.g. host1:1,host2:1, inside benchmarks/plan/shaped_hosts.sh's hosts) places
+# the ranks with mpirun --host; CHECK_RANKS (default 2) ranks write the machine description.
 # Exits 1 when a layout is off by more than 15% or the recommended (predicted fastest)
 # layout is not measured fastest or within 5% of it.
 set -euo pipefail
@@ -17,7 +19,9 @@ export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 np=${CHECK_RANKS:-2}
 steps=${CHECK_STEPS:-4}
 machine=$out/machine.toml
-mpirun -np "$np" "$jumbo" bench comm --max-bytes $((64 << 20)) --seconds-per-size 0.3 \
+hosts=()
+[[ -n ${CHECK_HOSTS:-} ]] && hosts=(--host "$CHECK_HOSTS")
+mpirun "${hosts[@]}" -np "$np" "$jumbo" bench comm --max-bytes $((64 << 20)) --seconds-per-size 0.3 \
   --write-machine "$machine" >"$out/bench_comm.txt" </dev/null
 tail -1 "$out/bench_comm.txt"
 model=(--set model.preset=inputs/models/tiny.toml --set model.d_model=256 --set model.layers=8
@@ -39,7 +43,7 @@ layouts=(
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name ranks overrides <<<"$entry"
   # shellcheck disable=SC2086  # overrides is a list of --set words
-  mpirun -np "$ranks" "$jumbo" bench train --config inputs/runs/demo.toml "${model[@]}" \
+  mpirun "${hosts[@]}" -np "$ranks" "$jumbo" bench train --config inputs/runs/demo.toml "${model[@]}" \
     $overrides --machine "$machine" --steps "$steps" >"$out/run.txt" 2>&1 </dev/null ||
     { echo "check_time_model: $name failed:"; tail -5 "$out/run.txt"; exit 1; }
   line=$(grep '^preflight: step' "$out/run.txt")

@@ -143,12 +143,14 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
       int64_t run_steps = 0;
       std::optional<int64_t> data_bytes;
       std::string data_unknown_why = "--model names no data";
+      std::optional<RunConfig> run_config;
       if (!args->model.empty()) {
         r.model = load_model_config(args->model);
         validate_model(r.model, args->model);
         r.target.global_batch = 1536;
       } else if (!args->config.empty()) {
         const RunConfig cfg = load_run_config(args->config, args->overrides);
+        run_config = cfg;
         r.model = cfg.model;
         r.target.global_batch = cfg.train.global_batch;
         args->precision = cfg.train.precision;
@@ -201,6 +203,22 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
           throw UserError(fmt::format("jumbo plan: --tokens {}: expected a finite number > 0, "
                                       "e.g. 300e9",
                                       args->tokens));
+      }
+      if (run_config) {
+        // Only layouts the run config can train: `validate` on the config with that layout.
+        run_config->train.global_batch = r.target.global_batch;
+        r.accepts = [run = *run_config](const Layout& l, int64_t world) {
+          RunConfig c = run;
+          static_cast<Layout&>(c.parallel) = l;
+          c.parallel.bucket_size = run.parallel.bucket_size;
+          c.parallel.device = run.parallel.device;
+          try {
+            validate(c, static_cast<int>(world));
+            return true;
+          } catch (const UserError&) {
+            return false;
+          }
+        };
       }
       r.price_per_node_hour = parse_number(args->price);
       if (!(r.price_per_node_hour >= 0))

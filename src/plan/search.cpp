@@ -217,6 +217,7 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
                            .stage_layers = {}, .sequence_parallel = tp > 1,
                            .recompute = recompute, .zero1 = zero1};
             ++count;
+            if (r.accepts && !r.accepts(l, world)) continue;
             PlanCandidate c = evaluate_layout(r, l);
             if (c.fits) fitting.push_back(std::move(c));
           }

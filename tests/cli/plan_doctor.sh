@@ -18,7 +18,7 @@ fi
 # every one is within 40 GiB and names what bounds it.
 if python3 - "$tmp/plan" <<'PY'; then
 import re, sys
-rows = [m.groups() for m in (re.search(r"\|\s+([0-9.]+) \|\s+[0-9.]+% +([0-9.]+)% \| (\w+)", l)
+rows = [m.groups() for m in (re.search(r"\|\s+([0-9.]+) \|\s+[0-9.]+%\s+[0-9.e+-]+ +([0-9.]+)% \| (\w+)", l)
                              for l in open(sys.argv[1])) if m]
 assert rows, "no rows"
 totals = [float(r[0]) for r in rows]

@@ -238,3 +238,25 @@ TEST(PlanSearch, OverridesNameEveryLayoutKey) {
 
 }  // namespace
 }  // namespace jumbo
+
+namespace jumbo {
+namespace {
+
+// `jumbo plan --config` passes the run config's own rules: a layout it refuses is searched
+// but never listed (slurm/train_jumbo.sh would launch it and fail, as train.eval_batches = 2
+// does under dp 4).
+TEST(PlanSearch, LayoutsTheRunConfigRefusesAreNotListed) {
+  PlanRequest r = jumbo_on(64);
+  r.accepts = [](const Layout& l, int64_t /*world*/) { return l.dp <= 2; };
+  int64_t searched = 0;
+  const std::vector<PlanCandidate> fitting = search_layouts(r, &searched);
+  ASSERT_FALSE(fitting.empty());
+  for (const PlanCandidate& c : fitting) EXPECT_LE(c.layout.dp, 2);
+  int64_t all = 0;
+  r.accepts = nullptr;
+  search_layouts(r, &all);
+  EXPECT_EQ(searched, all);  // counted as searched either way
+}
+
+}  // namespace
+}  // namespace jumbo

@@ -29,6 +29,9 @@
 #   multihost_cut HOST            takes HOST's link down (the host "goes away": packets to
 #                                 and from it are dropped; its processes keep running)
 #   multihost_restore HOST        brings the link back up
+#   multihost_shape HOST RATE     limits HOST's link to RATE each way (tc tbf, e.g. 1gbit):
+#                                 the slower inter-host level; off unless a script asks
+#   multihost_unshape HOST        removes the limit
 #   multihost_logs      the daemons' logs (for a failure message)
 #   multihost_cleanup TAG         removes what runs with TAG left behind (their shell ended
 #                                 without stop_multihost); start_multihost does it too
@@ -188,6 +191,26 @@ multihost_possible() {
 
 multihost_cut() { ip link set "$(_mh_veth "$1")" down; }
 multihost_restore() { ip link set "$(_mh_veth "$1")" up; }
+
+# multihost_shape HOST RATE: HOST's link limited to RATE (tc's units: 1gbit, 200mbit) each
+# way, by a token bucket (tbf) on both ends of its veth: the root side (traffic to HOST) and
+# HOST's eth0 (traffic from it). Ranks on one host keep shared memory; between hosts they
+# get the slower level, as NVSwitch and EFA. No added delay: this kernel has no netem
+# ("Specified qdisc kind is unknown"), so the latency is the veth's and TCP's own
+# (tens of us, measured by jumbo bench comm). multihost_unshape HOST removes it.
+multihost_shape() {
+  local host=$1 rate=$2 veth
+  veth=$(_mh_veth "$host")
+  # burst: at least a rate's 1 ms (tbf refuses a bucket smaller than one tick's worth).
+  local args=(root tbf rate "$rate" burst 256kb latency 50ms)
+  tc qdisc replace dev "$veth" "${args[@]}" &&
+    multihost_exec "$host" tc qdisc replace dev eth0 "${args[@]}"
+}
+multihost_unshape() {
+  tc qdisc del dev "$(_mh_veth "$1")" root 2>/dev/null
+  multihost_exec "$1" tc qdisc del dev eth0 root 2>/dev/null
+  return 0
+}
 
 start_multihost() {
   local dir=$1 tag=$2 nhosts=${3:-2} cpus=${4:-4} prog i host ns uts veth addr ports

@@ -2,6 +2,7 @@
 // `jumbo plan`: every layout of a model on N nodes of a GPU type, the ones that fit in
 // memory, and a rough step-time model to recommend one (docs/plan.md).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct PlanRequest {
   PlanTarget target;  // device gpu, bf16, global batch, sequence length
   double tokens = 0;  // tokens to train on; 0 = no time-to-train and cost columns
   double price_per_node_hour = kP4dOnDemandUsdPerNodeHour;
+  // With `jumbo plan --config`: whether the run config takes a layout on that many ranks
+  // (validate's rules beyond the layout's own, e.g. train.eval_batches over dp); unset: all.
+  std::function<bool(const Layout&, int64_t world)> accepts;
   int64_t world() const { return nodes * gpus_per_node; }
   int64_t seq() const { return target.seq > 0 ? target.seq : model.context; }
 };
