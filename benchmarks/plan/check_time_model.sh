@@ -17,7 +17,8 @@ cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 [[ $(id -u) == 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 np=${CHECK_RANKS:-2}
-steps=${CHECK_STEPS:-4}
+steps=${CHECK_STEPS:-8}
+repeats=${CHECK_REPEATS:-3}  # runs per layout, in rounds; the median is compared
 machine=$out/machine.toml
 hosts=()
 [[ -n ${CHECK_HOSTS:-} ]] && hosts=(--host "$CHECK_HOSTS")
@@ -39,25 +40,38 @@ layouts=(
   "dp 2 selective recompute|2|--set parallel.micro_batch=2 --set parallel.recompute=selective"
   "dp 2 micro batch 1|2|--set parallel.micro_batch=1"
 )
-: >"$out/results"
-for entry in "${layouts[@]}"; do
-  IFS='|' read -r name ranks overrides <<<"$entry"
-  # shellcheck disable=SC2086  # overrides is a list of --set words
-  mpirun "${hosts[@]}" -np "$ranks" "$jumbo" bench train --config inputs/runs/demo.toml "${model[@]}" \
-    $overrides --machine "$machine" --steps "$steps" >"$out/run.txt" 2>&1 </dev/null ||
-    { echo "check_time_model: $name failed:"; tail -5 "$out/run.txt"; exit 1; }
-  line=$(grep '^preflight: step' "$out/run.txt")
-  terms=$(grep 'plan for' "$out/run.txt" | sed 's/.*= //')
-  measured=$(sed -E 's/.*measured=([0-9.]+)s.*/\1/' <<<"$line")
-  plan=$(sed -E 's/.*plan=([0-9.]+)s.*/\1/' <<<"$line")
-  echo "$name|$ranks|$plan|$measured|$terms" >>"$out/results"
-  echo "  $name: plan $plan s, measured $measured s"
+: >"$out/runs"
+# Each round runs every layout once: a slow spell of the machine lands on all of them alike.
+for ((round = 1; round <= repeats; round++)); do
+  for entry in "${layouts[@]}"; do
+    IFS='|' read -r name ranks overrides <<<"$entry"
+    # shellcheck disable=SC2086  # overrides is a list of --set words
+    mpirun "${hosts[@]}" -np "$ranks" "$jumbo" bench train --config inputs/runs/demo.toml "${model[@]}" \
+      $overrides --machine "$machine" --steps "$steps" >"$out/run.txt" 2>&1 </dev/null ||
+      { echo "check_time_model: $name failed:"; tail -5 "$out/run.txt"; exit 1; }
+    line=$(grep '^preflight: step' "$out/run.txt")
+    terms=$(grep 'plan for' "$out/run.txt" | sed 's/.*= //')
+    measured=$(sed -E 's/.*measured=([0-9.]+)s.*/\1/' <<<"$line")
+    plan=$(sed -E 's/.*plan=([0-9.]+)s.*/\1/' <<<"$line")
+    echo "$name|$ranks|$plan|$measured|$terms" >>"$out/runs"
+    echo "  round $round, $name: plan $plan s, measured $measured s"
+  done
 done
+# The median of each layout's rounds.
+python3 - "$out/runs" >"$out/results" <<'PYEOF'
+import statistics, sys
+runs = {}
+for l in open(sys.argv[1]):
+    name, ranks, plan, measured, terms = l.rstrip("\n").split("|")
+    runs.setdefault(name, [ranks, plan, [], terms])[2].append(float(measured))
+for name, (ranks, plan, measured, terms) in runs.items():
+    print(f"{name}|{ranks}|{plan}|{statistics.median(measured):.4f}|{terms}")
+PYEOF
 python3 - "$out/results" <<'PYEOF'
 import sys
 rows = [l.rstrip("\n").split("|") for l in open(sys.argv[1])]
 ok = True
-print(f"{'layout':<28} {'ranks':>5} {'plan s':>8} {'measured s':>10} {'ratio':>6}")
+print(f"{'layout':<28} {'ranks':>5} {'plan s':>8} {'measured s':>10} {'ratio':>6}  (measured: median of the rounds)")
 for name, ranks, plan, measured, terms in rows:
     r = float(measured) / float(plan)
     flag = "" if abs(r - 1) <= 0.15 else "  <- over 15%"

@@ -65,10 +65,11 @@ assert worst < 1e-5, (a, b)
 print(f"  losses equal one rank's within {worst:.1e} relative: {a}")
 PYEOF
   peak=$(sed -nE 's/.*measured peak ([0-9.]+) MiB.*/\1/p' "$out/run$w.log")
+  # Start-up: launch to the first step's line, less that step's own time (the metrics').
   first_line=$(awk '/ step +1\//{print $1; exit}' "$out/run$w.log")
-  second_line=$(awk '/ step +2\//{print $1; exit}' "$out/run$w.log")
-  step=$(python3 -c "print(f'{$second_line - $first_line:.3f}')")
-  startup=$(python3 -c "print(f'{$first_line - ($second_line - $first_line):.2f}')")
+  read -r step1 step3 < <(python3 -c "import json; m = [json.loads(l) for l in open('$out/m$w.jsonl')]; print(m[0]['step_time_s'], m[-1]['step_time_s'])")
+  step=$(python3 -c "print(f'{$step3:.4f}')")
+  startup=$(python3 -c "print(f'{$first_line - $step1:.2f}')")
   first_peak=${first_peak:-$peak}
   vs=$(python3 -c "print(f'{100 * ($peak / $first_peak - 1):+.2f}%')")
   printf '%6s %6s %12s %10s %12s %10s\n' "$w" "$dp" "$peak" "$vs" "$startup" "$step" | tee -a "$out/table"

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "jumbo/runtime/peak.h"
 
@@ -121,17 +122,20 @@ Machine measure_machine(const std::vector<CommBenchRow>& rows, Backend& backend,
   // A CPU rank's one core runs its ring thread and its GEMMs by turns; a GPU's copies and
   // NCCL kernels run beside the compute kernels.
   m.overlap = m.device == Device::cuda ? 1.0 : 0.0;
-  // Per level and collective: the rows of the largest group at that level.
-  std::map<std::pair<bool, Collective>, int> largest;
+  // Per level, path and collective: the rows of the largest group. The world's rows count
+  // where they are of one level (all on one host, or one rank per host).
+  const auto usable = [&](const CommBenchRow& r) {
+    return r.group != "world" || r.one_host || m.ranks_per_host == 1;
+  };
+  std::map<std::tuple<bool, CommPath, Collective>, int> largest;
   for (const CommBenchRow& r : rows) {
-    if (r.group == "world") continue;  // may mix the levels
-    int& most = largest[{r.one_host, r.op}];
+    if (!usable(r)) continue;
+    int& most = largest[{r.one_host, r.path, r.op}];
     most = std::max(most, r.ranks);
   }
   for (const CommBenchRow& r : rows) {
-    if (r.group == "world") continue;
-    if (largest[{r.one_host, r.op}] != r.ranks) continue;
-    CollectiveCost& cost = m.link(r.one_host ? NetLevel::intra : NetLevel::inter).of(r.op);
+    if (!usable(r) || largest[{r.one_host, r.path, r.op}] != r.ranks) continue;
+    CollectiveCost& cost = m.link(r.one_host ? NetLevel::intra : NetLevel::inter).of(r.op, r.path);
     const double bus = static_cast<double>(r.bytes) * bus_bandwidth_factor(r.op, r.ranks);
     if (!cost.points.empty() && bus <= cost.points.back().first) continue;  // a second group
     if (cost.points.empty()) cost.latency_s = r.seconds;

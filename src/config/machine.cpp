@@ -50,7 +50,14 @@ double CollectiveCost::seconds(Collective c, double bytes, int64_t n) const {
   return std::exp(std::log(lo->second) + f * std::log(hi->second / lo->second));
 }
 
-const CollectiveCost& LinkCosts::of(Collective c) const {
+const CollectiveCost& LinkCosts::of(Collective c, CommPath path) const {
+  if (path == CommPath::bucketed) {
+    const CollectiveCost* bucket = c == Collective::all_reduce       ? &bucket_all_reduce
+                                   : c == Collective::reduce_scatter ? &bucket_reduce_scatter
+                                   : c == Collective::all_gather     ? &bucket_all_gather
+                                                                     : nullptr;
+    if (bucket && bucket->known()) return *bucket;
+  }
   switch (c) {
     case Collective::all_reduce: return all_reduce;
     case Collective::reduce_scatter: return reduce_scatter;
@@ -60,12 +67,30 @@ const CollectiveCost& LinkCosts::of(Collective c) const {
   return all_reduce;
 }
 
-CollectiveCost& LinkCosts::of(Collective c) {
+CollectiveCost& LinkCosts::of(Collective c, CommPath path) {
+  if (path == CommPath::bucketed) {
+    switch (c) {
+      case Collective::all_reduce: return bucket_all_reduce;
+      case Collective::reduce_scatter: return bucket_reduce_scatter;
+      case Collective::all_gather: return bucket_all_gather;
+      case Collective::p2p: break;
+    }
+  }
   return const_cast<CollectiveCost&>(static_cast<const LinkCosts&>(*this).of(c));
 }
 
-double Machine::seconds(NetLevel level, Collective c, double bytes, int64_t n) const {
-  const CollectiveCost& cost = link(level).of(c);
+std::string cost_name(Collective c, CommPath path) {
+  return (path == CommPath::bucketed && c != Collective::p2p ? "bucket_" : "") +
+         std::string(to_string(c));
+}
+
+namespace {
+constexpr CommPath kPaths[] = {CommPath::blocking, CommPath::bucketed};
+}  // namespace
+
+double Machine::seconds(NetLevel level, Collective c, double bytes, int64_t n,
+                        CommPath path) const {
+  const CollectiveCost& cost = link(level).of(c, path);
   if (!cost.known()) {
     throw UserError(fmt::format("machine {}: no {}.{} costs ({} between ranks {}): measure them "
                                 "with jumbo bench comm --write-machine over {}",
@@ -190,11 +215,15 @@ Machine load_machine(const std::string& path) {
   for (NetLevel level : {NetLevel::intra, NetLevel::inter}) {
     const toml::table* lt = t[to_string(level)].as_table();
     if (!lt) continue;
-    for (Collective c : kCollectives) {
-      const toml::table* ct = (*lt)[to_string(c)].as_table();
-      if (ct) {
-        m.link(level).of(c) =
-            read_cost(*ct, path, fmt::format("{}.{}", to_string(level), to_string(c)));
+    for (CommPath p : kPaths) {
+      for (Collective c : kCollectives) {
+        if (p == CommPath::bucketed && c == Collective::p2p) continue;
+        const std::string name = cost_name(c, p);
+        const toml::table* ct = (*lt)[name].as_table();
+        if (ct) {
+          m.link(level).of(c, p) =
+              read_cost(*ct, path, fmt::format("{}.{}", to_string(level), name));
+        }
       }
     }
   }
@@ -214,10 +243,13 @@ std::string machine_toml(const Machine& m) {
       m.memory_bytes / (1ull << 30),
       m.memory_bandwidth / 1e9, m.overlap);
   for (NetLevel level : {NetLevel::intra, NetLevel::inter}) {
+    for (CommPath p : kPaths) {
     for (Collective c : kCollectives) {
-      const CollectiveCost& cost = m.link(level).of(c);
-      if (!cost.known()) continue;
-      out += fmt::format("\n[{}.{}]\n", to_string(level), to_string(c));
+      if (p == CommPath::bucketed && c == Collective::p2p) continue;
+      const CollectiveCost& cost = m.link(level).of(c, p);
+      // The bucketed path falls back to the blocking one: written only when it is its own.
+      if (!cost.known() || (p == CommPath::bucketed && &cost == &m.link(level).of(c))) continue;
+      out += fmt::format("\n[{}.{}]\n", to_string(level), cost_name(c, p));
       if (cost.latency_s > 0) out += fmt::format("latency_us = {:.4g}\n", cost.latency_s * 1e6);
       if (cost.busbw > 0) out += fmt::format("busbw_gbps = {:.4g}\n", cost.busbw / 1e9);
       if (!cost.points.empty()) {
@@ -225,6 +257,7 @@ std::string machine_toml(const Machine& m) {
         for (const auto& [b, s] : cost.points) out += fmt::format("  [{:.0f}, {:.6g}],\n", b, s);
         out += "]\n";
       }
+    }
     }
   }
   return out;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "jumbo/model/flops.h"
+#include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
 namespace {
@@ -72,34 +73,59 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double pretraining_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
   const bool lora = r.target.fine_tune == FineTune::lora;
   const double model_flops = lora ? pretraining_flops * 2.0 / 3.0 : pretraining_flops;
-  // The attention core's share, 6 B s^2 l h of the model FLOPs (flops.h, causal at half),
-  // runs at the machine's attention rate, the rest (GEMMs) at its GEMM rate.
-  const double attention_flops = 6.0 * static_cast<double>(r.target.global_batch) *
-                                 static_cast<double>(seq * seq) *
-                                 static_cast<double>(m.layers * m.d_model);
+  const double lora_share = lora ? 2.0 / 3.0 : 1.0;
+  // Per layer of the whole batch, split as model/flops.h counts them: the attention core
+  // 6 B s^2 h (causal at half), the layer's GEMMs the rest of its share; the head's GEMM
+  // 6 B s h V. GEMMs run at the machine's GEMM rate, the attention core at its attention
+  // rate.
+  const double batch = static_cast<double>(r.target.global_batch);
+  const double h = static_cast<double>(m.d_model), sd = static_cast<double>(seq);
+  const double vocab = static_cast<double>(m.padded_vocab(l.tp));
+  const double head_flops = 6.0 * batch * sd * h * vocab;
+  const double layer_attention = 6.0 * batch * sd * sd * h;
+  const double layer_gemm = (pretraining_flops - head_flops) / static_cast<double>(m.layers) -
+                            layer_attention;
   const double attention_rate = mc.peak_flops * mc.attention_efficiency;
-  const auto time_of = [&](double gemm_flops, double attn_flops) {
-    return (gemm_flops / gemm_rate + attn_flops / attention_rate) / world;
-  };
-  const double model_attention = lora ? attention_flops * 2.0 / 3.0 : attention_flops;
-  c.compute_s = time_of(model_flops - model_attention, model_attention);
-  // Full recomputation runs each layer's forward once more (a third of pre-training's
-  // FLOPs); selective, the attention core's forward (a third of its FLOPs).
+  const double ranks_per_stage = static_cast<double>(l.tp * l.dp);
   // The memory-bound kernels between the GEMMs (layer norms, GELU, residual adds and their
-  // backwards: about 42 b s h values a layer; the cross-entropy's five passes over the
-  // logits), at the machine's memory bandwidth. A full recompute runs the forward's 18 again.
-  const double tokens = static_cast<double>(r.target.global_batch * seq);
+  // backwards: about 42 b s h values a layer, 18 of them forward; the cross-entropy's five
+  // f32 passes over the logits), at the machine's memory bandwidth.
+  const double tokens = batch * sd;
   const double dtype_bytes = r.target.precision == Precision::bf16 ? 2 : 4;
-  const double per_token = (42.0 * static_cast<double>(m.layers * m.d_model)) * dtype_bytes +
-                           5.0 * 4.0 * static_cast<double>(m.padded_vocab(l.tp));
-  c.elementwise_s = tokens * per_token / (world * mc.memory_bandwidth);
-  const double elementwise_forward = tokens * 18.0 * static_cast<double>(m.layers * m.d_model) *
-                                     dtype_bytes / (world * mc.memory_bandwidth);
-  c.recompute_s = (l.recompute == Recompute::full ? elementwise_forward : 0) +
-                  (l.recompute == Recompute::full
-                      ? time_of((pretraining_flops - attention_flops) / 3.0, attention_flops / 3.0)
-                  : l.recompute == Recompute::selective ? time_of(0, attention_flops / 3.0)
-                                                        : 0);
+  const double layer_elementwise = tokens * 42.0 * h * dtype_bytes / mc.memory_bandwidth;
+  const double head_elementwise = tokens * 5.0 * 4.0 * vocab / mc.memory_bandwidth;
+  // The pipeline runs at its slowest rank's pace: each rank's layers (all its chunks), the
+  // last one's the head too (parallel/stage_plan.h's split counts the head as V / (12 h)
+  // layers, an approximation of these FLOPs).
+  const std::vector<int64_t> per_stage = stage_layer_range(m, l, 0).per_stage;
+  int64_t slowest = 0;
+  double slowest_work = -1;
+  for (int64_t stage = 0; stage < l.pp; ++stage) {
+    const double layers = static_cast<double>(per_stage[static_cast<size_t>(stage)]);
+    const bool head = stage == l.pp - 1;
+    const double compute = lora_share * (layers * (layer_gemm / gemm_rate + layer_attention / attention_rate) +
+                                         (head ? head_flops / gemm_rate : 0));
+    const double elementwise = layers * layer_elementwise + (head ? head_elementwise : 0);
+    // Full recomputation runs each layer's forward once more (a third of its GEMM and
+    // attention FLOPs, 18 of its 42 elementwise values); selective, the attention core's
+    // forward (a third of its FLOPs).
+    const double recompute =
+        l.recompute == Recompute::full
+            ? layers * ((layer_gemm / gemm_rate + layer_attention / attention_rate) / 3.0 +
+                        layer_elementwise * 18.0 / 42.0)
+        : l.recompute == Recompute::selective ? layers * layer_attention / attention_rate / 3.0
+                                              : 0;
+    const double work = (compute + elementwise + recompute) / ranks_per_stage;
+    if (work > slowest_work) {
+      slowest_work = work;
+      slowest = stage;
+      c.compute_s = compute / ranks_per_stage;
+      c.elementwise_s = elementwise / ranks_per_stage;
+      c.recompute_s = recompute / ranks_per_stage;
+    }
+  }
+  c.slowest_stage = slowest;
+  const int64_t slowest_layers = per_stage[static_cast<size_t>(slowest)];
   const int64_t micro = c.memory.microbatches;
   const double v = static_cast<double>(l.virtual_stages);
   c.bubble = static_cast<double>(l.pp - 1) / (v * static_cast<double>(micro));
@@ -113,18 +139,20 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double dtype = r.target.precision == Precision::bf16 ? 2 : 4;
   const double micro_d = static_cast<double>(micro);
 
-  // Tensor parallelism (model/layer.cpp): per layer and microbatch two collectives forward
-  // and two backward, two more when the forward is recomputed, each of the b s h activations
-  // (an all-reduce; with sequence parallelism an all-gather and a reduce-scatter, the same
-  // bus bytes); and two per microbatch for the embedding and the head. On the critical path.
+  // Tensor parallelism (model/layer.cpp): per layer and microbatch two all-reduces of the
+  // b s h activations forward and two backward, two more when the forward is recomputed,
+  // plus two per microbatch for the embedding and the head; counted on the slowest stage's
+  // layers. On the critical path.
   if (l.tp > 1) {
     const double act = dtype * static_cast<double>(l.micro_batch * seq * m.d_model);
+    // With sequence parallelism each all-reduce's place holds an all-gather and a
+    // reduce-scatter (Korthikanti et al. 2022): the same bus bytes in two calls.
     const double one = l.sequence_parallel_active()
-                           ? 0.5 * (mc.seconds(tp_level, Collective::all_gather, act, l.tp) +
-                                    mc.seconds(tp_level, Collective::reduce_scatter, act, l.tp))
+                           ? mc.seconds(tp_level, Collective::all_gather, act, l.tp) +
+                                 mc.seconds(tp_level, Collective::reduce_scatter, act, l.tp)
                            : mc.seconds(tp_level, Collective::all_reduce, act, l.tp);
     const double per_layer = l.recompute == Recompute::full ? 6 : 4;
-    c.tp_comm_s = micro_d * (static_cast<double>(c.memory.layers) * per_layer + 2) * one;
+    c.tp_comm_s = micro_d * (static_cast<double>(slowest_layers) * per_layer + 2) * one;
   }
   // Pipeline: each microbatch's activations go to the next stage and their gradients come
   // back, once per model chunk (interleaving sends v times as often), on the critical path.
@@ -146,9 +174,12 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
     const double n = static_cast<double>(c.memory.trained_params);
     const double buckets = std::max(1.0, std::ceil(n / static_cast<double>(l.bucket_size)));
     const Collective reduce = l.zero1_active() ? Collective::reduce_scatter : Collective::all_reduce;
-    const double grads_s = buckets * mc.seconds(dp_level, reduce, 4 * n / buckets, l.dp);
+    const double grads_s =
+        buckets * mc.seconds(dp_level, reduce, 4 * n / buckets, l.dp, CommPath::bucketed);
     const double gather_s =
-        l.zero1_active() ? buckets * mc.seconds(dp_level, Collective::all_gather, dtype * n / buckets, l.dp) : 0;
+        l.zero1_active() ? buckets * mc.seconds(dp_level, Collective::all_gather,
+                                                dtype * n / buckets, l.dp, CommPath::bucketed)
+                         : 0;
     const double per_micro = (c.compute_s + c.elementwise_s + c.recompute_s) / micro_d;
     const double backward_window = per_micro * 2.0 / 3.0 * mc.overlap;
     const double forward_window = per_micro / 3.0 * mc.overlap;

@@ -48,6 +48,17 @@ TEST(Machine, TomlRoundTrip) {
   ASSERT_EQ(back.inter.p2p.points.size(), 2u);
   EXPECT_NEAR(back.inter.p2p.seconds(Collective::p2p, 1 << 20, 2), 1e-4, 1e-10);
   EXPECT_NEAR(back.intra.all_reduce.busbw, 230e9, 1e6);
+  // The gradient buckets' path: unmeasured, it is the blocking path's; measured, its own.
+  EXPECT_DOUBLE_EQ(back.seconds(NetLevel::intra, Collective::reduce_scatter, 1 << 20, 8,
+                                CommPath::bucketed),
+                   back.seconds(NetLevel::intra, Collective::reduce_scatter, 1 << 20, 8));
+  m.inter.bucket_reduce_scatter.points = {{8, 3e-5}, {1 << 20, 5e-4}};
+  const Machine bucketed = load_machine(write_temp("machine.toml", machine_toml(m)));
+  // Points are keyed by bus bytes: a reduce-scatter of 2 MiB over 2 ranks moves 1 MiB.
+  EXPECT_NEAR(bucketed.seconds(NetLevel::inter, Collective::reduce_scatter, 2 << 20, 2,
+                               CommPath::bucketed),
+              5e-4, 1e-10);
+  EXPECT_NE(machine_toml(m).find("[inter.bucket_reduce_scatter]"), std::string::npos);
 }
 
 TEST(Machine, BadFilesNameTheKey) {

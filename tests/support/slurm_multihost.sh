@@ -288,6 +288,9 @@ start_multihost() {
   _mh_write_agent "$dir"
   export SLURM_CONF=$dir/slurm.conf
   export OMPI_MCA_mpi_yield_when_idle=1  # the hosts claim more CPUs than the machine has
+  # Each host's mpirun daemon binds its first rank to core 0, its second to core 1, ...: on
+  # hosts that share this machine's cores, every host's rank 0 would share core 0.
+  export OMPI_MCA_hwloc_base_binding_policy=none
   export OMPI_MCA_plm_rsh_agent=$dir/bin/rsh-agent
   export OMPI_MCA_btl_tcp_if_include=$MULTIHOST_NET.0/24
   export OMPI_MCA_oob_tcp_if_include=$MULTIHOST_NET.0/24

@@ -39,6 +39,9 @@ struct CommBenchRow {
   double seconds = 0;     // per operation: the slowest rank's mean
   double algbw = 0, busbw = 0;  // bytes per second
   bool one_host = false;  // every rank of the group on one host (the machine's intra level)
+  // dp: the non-blocking calls the gradient and weight buckets make (bucketed); the other
+  // groups: the blocking calls of the tp regions and pipeline sends.
+  CommPath path = CommPath::blocking;
 };
 
 // This host's name hashed to 52 bits (a double the scalar collectives carry exactly): ranks

@@ -38,11 +38,21 @@ struct CollectiveCost {
   double seconds(Collective c, double bytes, int64_t n) const;
 };
 
+// How a collective is called: blocking (tp's all-reduces on the critical path, pp's sends), or
+// the data-parallel gradient and weight buckets' non-blocking calls (train/grad_sync.cpp). On
+// NCCL the two are the same kernels; on MPI the buckets run jumbo's own rings on a worker
+// thread (comm/mpi_ring.h) and the blocking calls Open MPI's tuned collectives, which differ.
+enum class CommPath { blocking, bucketed };
+
 struct LinkCosts {
   CollectiveCost all_reduce, reduce_scatter, all_gather, p2p;
-  const CollectiveCost& of(Collective c) const;
-  CollectiveCost& of(Collective c);
+  // The bucketed path's (no p2p); unknown: the blocking path's costs stand for it.
+  CollectiveCost bucket_all_reduce, bucket_reduce_scatter, bucket_all_gather;
+  const CollectiveCost& of(Collective c, CommPath path = CommPath::blocking) const;
+  CollectiveCost& of(Collective c, CommPath path = CommPath::blocking);
 };
+// "all_reduce", or "bucket_all_reduce" for the bucketed path: the TOML table's name.
+std::string cost_name(Collective c, CommPath path);
 
 enum class NetLevel { intra, inter };
 const char* to_string(NetLevel l);
@@ -67,7 +77,8 @@ struct Machine {
   LinkCosts intra, inter;
   // Seconds of one collective on `level`; throws UserError naming the machine and the level
   // when the description has no numbers for it (a file measured on one host has no inter).
-  double seconds(NetLevel level, Collective c, double bytes, int64_t n) const;
+  double seconds(NetLevel level, Collective c, double bytes, int64_t n,
+                 CommPath path = CommPath::blocking) const;
   const LinkCosts& link(NetLevel level) const { return level == NetLevel::intra ? intra : inter; }
   LinkCosts& link(NetLevel level) { return level == NetLevel::intra ? intra : inter; }
 };

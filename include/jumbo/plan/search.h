@@ -48,6 +48,8 @@ struct PlanCandidate {
   double bubble = 0;       // pipeline bubble fraction (p - 1) / (v m)
   // The terms of the step time (docs/plan.md "The time model"), in seconds; step_time_s is
   // their sum.
+  // compute, elementwise, recompute and tp are the slowest pipeline rank's: its layers and,
+  // on the last, the head (the pipeline runs at its pace).
   double compute_s = 0;    // the model's FLOPs at the machine's GEMM and attention rates
   double elementwise_s = 0;  // norms, GELU, adds, cross-entropy at its memory bandwidth
   double recompute_s = 0;  // the forward run again (full) or the attention core (selective)
@@ -57,6 +59,7 @@ struct PlanCandidate {
   double dp_comm_s = 0;    // the part of the dp reduce-scatter / all-gather not overlapped
   double dp_total_s = 0;   // the whole dp communication (printed next to what is exposed)
   double optimizer_s = 0;  // AdamW over the rank's parameters (its shard under ZeRO-1)
+  int64_t slowest_stage = 0;  // the pipeline rank whose compute the terms above are
   double step_time_s = 0;
   double mfu = 0;          // model FLOPs / (step time x GPUs x peak)
   bool fits = false;
