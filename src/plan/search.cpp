@@ -103,16 +103,16 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const double layers = static_cast<double>(per_stage[static_cast<size_t>(stage)]);
     const bool head = stage == l.pp - 1;
-    const double compute = lora_share * (layers * (layer_gemm / gemm_rate + layer_attention / attention_rate) +
-                                         (head ? head_flops / gemm_rate : 0));
+    const double layer_compute = layer_gemm / gemm_rate + layer_attention / attention_rate;
+    const double compute =
+        lora_share * (layers * layer_compute + (head ? head_flops / gemm_rate : 0));
     const double elementwise = layers * layer_elementwise + (head ? head_elementwise : 0);
     // Full recomputation runs each layer's forward once more (a third of its GEMM and
     // attention FLOPs, 18 of its 42 elementwise values); selective, the attention core's
     // forward (a third of its FLOPs).
     const double recompute =
         l.recompute == Recompute::full
-            ? layers * ((layer_gemm / gemm_rate + layer_attention / attention_rate) / 3.0 +
-                        layer_elementwise * 18.0 / 42.0)
+            ? layers * (layer_compute / 3.0 + layer_elementwise * 18.0 / 42.0)
         : l.recompute == Recompute::selective ? layers * layer_attention / attention_rate / 3.0
                                               : 0;
     const double work = (compute + elementwise + recompute) / ranks_per_stage;
@@ -173,7 +173,8 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   if (l.dp > 1) {
     const double n = static_cast<double>(c.memory.trained_params);
     const double buckets = std::max(1.0, std::ceil(n / static_cast<double>(l.bucket_size)));
-    const Collective reduce = l.zero1_active() ? Collective::reduce_scatter : Collective::all_reduce;
+    const Collective reduce =
+        l.zero1_active() ? Collective::reduce_scatter : Collective::all_reduce;
     const double grads_s =
         buckets * mc.seconds(dp_level, reduce, 4 * n / buckets, l.dp, CommPath::bucketed);
     const double gather_s =
@@ -184,7 +185,8 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
     const double backward_window = per_micro * 2.0 / 3.0 * mc.overlap;
     const double forward_window = per_micro / 3.0 * mc.overlap;
     const double grads_exposed = std::max(grads_s / buckets, grads_s - backward_window);
-    const double gather_exposed = l.zero1_active() ? std::max(gather_s / buckets, gather_s - forward_window) : 0;
+    const double gather_exposed =
+        l.zero1_active() ? std::max(gather_s / buckets, gather_s - forward_window) : 0;
     c.dp_total_s = grads_s + gather_s;
     c.dp_comm_s = grads_exposed + gather_exposed;
   }
@@ -195,8 +197,8 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
                        (l.zero1_active() ? static_cast<double>(l.dp) : 1.0);
   c.optimizer_s = owned * (28 + (r.target.precision == Precision::bf16 ? 2 : 0) + 4) /
                   mc.memory_bandwidth;
-  c.step_time_s = c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s + c.pp_comm_s + c.bubble_s +
-                  c.dp_comm_s + c.optimizer_s;
+  c.step_time_s = c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s + c.pp_comm_s +
+                  c.bubble_s + c.dp_comm_s + c.optimizer_s;
   c.mfu = model_flops / (c.step_time_s * world * mc.peak_flops);
 }
 

@@ -81,6 +81,44 @@ TEST(Collectives, NonBlockingAllReduceAndBytesSent) {
   EXPECT_EQ(w->bytes_sent(), w->size() > 1 ? 4000u : 0u) << "a group of one sends nothing";
 }
 
+// gather_bytes is a binomial tree (rank 0 talks to log2(size) peers, not to every rank): every
+// root, lengths that differ by rank (empty included), a sub-group, and a receive with the
+// caller's tag 0 left pending across it that the tree's messages must not match.
+TEST(Collectives, GatherBytesToEveryRootInRankOrder) {
+  auto w = world();
+  const int n = w->size(), r = w->rank();
+  const auto payload = [](int rank) {
+    std::vector<char> bytes(static_cast<size_t>(rank % 3 == 1 ? 0 : 5 + 7 * rank));
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = static_cast<char>('a' + (rank + i) % 26);
+    }
+    return bytes;
+  };
+  std::vector<int32_t> pending = {-1};
+  CommRequest rr = w->irecv(Tensor(pending.data(), DType::i32, {1}), (r + n - 1) % n, 0);
+  for (int root = 0; root < n; ++root) {
+    const std::vector<std::vector<char>> all = w->gather_bytes(payload(r), root);
+    if (r != root) {
+      EXPECT_TRUE(all.empty()) << "rank " << r << ", root " << root;
+      continue;
+    }
+    ASSERT_EQ(all.size(), static_cast<size_t>(n)) << "root " << root;
+    for (int from = 0; from < n; ++from) EXPECT_EQ(all[from], payload(from)) << "from " << from;
+  }
+  std::vector<int32_t> mine = {r};
+  CommRequest sr = w->isend(Tensor(mine.data(), DType::i32, {1}), (r + 1) % n, 0);
+  w->wait(sr);
+  w->wait(rr);
+  EXPECT_EQ(pending[0], (r + n - 1) % n);
+
+  const auto half = w->split(r % 2, r, "half");
+  const std::vector<std::vector<char>> some = half->gather_bytes(payload(r), half->size() - 1);
+  if (half->rank() == half->size() - 1) {
+    ASSERT_EQ(some.size(), static_cast<size_t>(half->size()));
+    for (int i = 0; i < half->size(); ++i) EXPECT_EQ(some[i], payload(r % 2 + 2 * i));
+  }
+}
+
 // The data-parallel rings (MpiComm's non-blocking collectives): in place, blocks larger than
 // the staging piece (so several messages per ring step), several in flight at once (the
 // buckets of a step), and exact integer-valued sums so any misplaced block shows.
