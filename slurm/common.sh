@@ -63,6 +63,7 @@ jumbo_defaults() {
   : "${JUMBO_DOCTOR_LOCAL_TIMEOUT:=$((2 * ${JUMBO_DOCTOR_CHECK_TIMEOUT//[^0-9]/} + 60))}"
   : "${JUMBO_LAYOUT_FROM_PLAN:=1}"
   : "${JUMBO_GPU:=}"
+  : "${JUMBO_MACHINE:=}"
   : "${JUMBO_SRUN_ARGS:=}"
   : "${JUMBO_MPIRUN_ARGS:=}"
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
@@ -109,6 +110,9 @@ jumbo_check_inputs() {
   for v in JUMBO_EXPECT_EFA JUMBO_DOCTOR JUMBO_LAYOUT_FROM_PLAN JUMBO_DRAIN_BAD_NODES; do
     [[ ${!v} == 0 || ${!v} == 1 ]] || jumbo_fail_input "$v=${!v}: expected 0 or 1"
   done
+  [[ -z $JUMBO_MACHINE || -r $JUMBO_MACHINE ]] ||
+    jumbo_fail_input "JUMBO_MACHINE=$JUMBO_MACHINE: no readable file (a machine description:" \
+      "slurm/preflight.sh writes one, RUN_DIR/machine.toml)"
 }
 
 # The run directory (metrics, EMF, NCCL's logs, doctor reports) and the checkpoint directory
@@ -260,13 +264,14 @@ jumbo_check_config() {
   return 0
 }
 
-# jumbo_config_value SECTION.KEY: the resolved value (after the config, its preset and the
-# user's --set overrides) from `jumbo info --config`, quotes removed; empty if absent.
+# jumbo_config_value SECTION.KEY: the resolved value (after the config, its preset, the
+# job's settings, the planned layout once jumbo_choose_layout chose it, and the user's --set
+# overrides: jumbo train's order) from `jumbo info --config`, quotes removed; empty if absent.
 jumbo_config_value() {
   local section=${1%%.*} key=${1#*.}
   [[ -n ${JUMBO_RESOLVED_CONFIG:-} ]] ||
     JUMBO_RESOLVED_CONFIG=$("$JUMBO" info --config "$JUMBO_CONFIG" "${JUMBO_JOB_SETS[@]}" \
-      "${JUMBO_USER_SETS[@]}" 2>/dev/null)
+      ${JUMBO_LAYOUT_SETS[@]+"${JUMBO_LAYOUT_SETS[@]}"} "${JUMBO_USER_SETS[@]}" 2>/dev/null)
   awk -v s="[$section]" -v k="$key" <<<"$JUMBO_RESOLVED_CONFIG" '
     /^\[/ { in_s = ($0 == s); next }
     in_s && $1 == k && $2 == "=" { v = $0; sub(/^[^=]*= */, "", v); gsub(/^"|"$/, "", v); print v; exit }'
@@ -309,13 +314,26 @@ jumbo_choose_layout() {
     jumbo_log "layout: set by the arguments (${JUMBO_USER_SETS[*]}); jumbo plan not used"
     return
   fi
-  local gpu nodes=${SLURM_NNODES:-1} per_node plan_args best words i
+  local gpu nodes=${SLURM_NNODES:-1} per_node plan_args best words i machine_per_node
   gpu=${JUMBO_GPU:-$(jumbo_config_value train.gpu)}
   gpu=${gpu:-a100-40gb}
   # One rank per GPU: the plan's "GPUs per node" is the ranks this job starts on a node.
   per_node=${SLURM_NTASKS_PER_NODE:-$((${SLURM_NTASKS:-8} / nodes))}
-  plan_args=(plan --config "$JUMBO_CONFIG" "${JUMBO_JOB_SETS[@]}" "${JUMBO_USER_SETS[@]}" --gpu "$gpu"
-    --nodes "$nodes" --gpus-per-node "$per_node")
+  plan_args=(plan --config "$JUMBO_CONFIG" "${JUMBO_JOB_SETS[@]}" "${JUMBO_USER_SETS[@]}"
+    --nodes "$nodes")
+  if [[ -n $JUMBO_MACHINE ]]; then
+    # A measured machine (slurm/preflight.sh's comm stage) replaces the GPU's data sheet; its
+    # ranks per host are the plan's GPUs per node, so they must be this job's.
+    machine_per_node=$(sed -n 's/^ranks_per_host *= *\([0-9]*\).*/\1/p' "$JUMBO_MACHINE" | head -1)
+    [[ $machine_per_node == "$per_node" ]] ||
+      jumbo_fail_input "JUMBO_MACHINE=$JUMBO_MACHINE was measured with" \
+        "${machine_per_node:-no} ranks per host (ranks_per_host), but this job runs $per_node" \
+        "per node: measure this shape (slurm/preflight.sh with --ntasks-per-node=$per_node)" \
+        "or unset JUMBO_MACHINE"
+    plan_args+=(--machine "$JUMBO_MACHINE")
+  else
+    plan_args+=(--gpu "$gpu" --gpus-per-node "$per_node")
+  fi
   jumbo_log "layout: $JUMBO ${plan_args[*]}"
   "$JUMBO" "${plan_args[@]}" --limit 10 2>&1 | sed 's/^/  plan: /'
   local part_nodes
@@ -331,6 +349,7 @@ jumbo_choose_layout() {
       jumbo_fail_input "unexpected jumbo plan --best output '$best' (is JUMBO=$JUMBO current?)"
     JUMBO_LAYOUT_SETS+=(--set "${words[i + 1]}")
   done
+  JUMBO_RESOLVED_CONFIG=  # jumbo_config_value reads the chosen layout from now on
   jumbo_log "layout: jumbo plan chose $best"
 }
 

@@ -14,13 +14,19 @@
 #                  step train_jumbo.sh runs; a node at fault is drained, never requeued here)
 #   2. nccl-tests  all_reduce_perf across every GPU of the job, its largest size's bus
 #                  bandwidth against a floor per instance type (below)
-#   3. bench       `jumbo bench train --config CONFIG` of the run's own config and the
-#                  layout `jumbo plan --best` picks for this allocation (slurm/common.sh's
-#                  jumbo_choose_layout, as training does) on every rank, a few steps on
-#                  synthetic tokens (no data, no checkpoint): the measured step time against
-#                  the plan's estimate, on one machine-readable line
+#   3. comm        `jumbo bench comm` of the layout `jumbo plan --best` picks for this
+#                  allocation (slurm/common.sh's jumbo_choose_layout, as training does) on
+#                  every rank: its tp, dp and pp groups and the world, in and across nodes,
+#                  with jumbo's own collectives (NCCL on GPUs), and every rank's compute
+#                  rates, written as a machine description, RUN_DIR/machine.toml
+#                  (docs/plan.md "Machine descriptions"). JUMBO_MACHINE=that file makes
+#                  train_jumbo.sh's `jumbo plan` choose the layout on these measurements
+#   4. bench       `jumbo bench train --config CONFIG` of the run's own config and that
+#                  layout on every rank, a few steps on synthetic tokens (no data, no
+#                  checkpoint): the measured step time against the plan's estimate on the
+#                  measured machine (on the GPU's data sheet if the comm stage failed), on
+#                  one machine-readable line
 #                  "preflight: step measured=S plan=S ratio=R layout=tp8,pp16,... device=..."
-#                  (the planner's time model is fitted to it)
 # The job exits 0 when every stage passed or was skipped, 1 naming the stages that failed,
 # 2 for a mistake in the input (the config, the arguments, JUMBO_*).
 #
@@ -49,6 +55,10 @@
 #   JUMBO_INSTANCE_TYPE   the EC2 instance type for the floor; default from the instance
 #                         metadata service (IMDSv2), else unknown (no floor: reported only)
 #   JUMBO_BUSBW_FLOOR     GB/s; replaces the floor of the instance type
+#   JUMBO_COMM_MAX_BYTES  the largest size of the comm stage; default 1 GiB on GPUs (the
+#                         sizes of the dp buckets and tp activations of J1-Jumbo), 16 MiB on
+#                         CPU ranks
+#   JUMBO_COMM_TIMEOUT    seconds for the comm stage; default 900
 #   JUMBO_PREFLIGHT_STEPS timed steps of the bench (after 1 untimed); default 3
 #   JUMBO_PREFLIGHT_TIMEOUT  seconds for the bench; default 1800
 #
@@ -111,7 +121,7 @@ jumbo_instance_type() {
 
 # Stage results for the table: PF_RESULT[stage] = pass, fail or skipped; PF_NUMBERS[stage].
 declare -A PF_RESULT=() PF_NUMBERS=()
-PF_STAGES=(doctor nccl-tests bench)
+PF_STAGES=(doctor nccl-tests comm bench)
 pf_set() { PF_RESULT[$1]=$2; PF_NUMBERS[$1]=${*:3}; jumbo_log "preflight: $1: $2: ${*:3}"; }
 
 # The table, the last lines of the job. Runs as slurm/common.sh's jumbo_final_hook, so that a
@@ -195,18 +205,73 @@ pf_nccl_tests() {
   fi
 }
 
+# The plan's layout for this allocation, or the config's (as training). No layout that fits
+# ends the job here (jumbo_fail_input, exit 2), with the stages that need it named in the table.
+pf_layout() {
+  local s
+  for s in comm bench; do
+    PF_RESULT[$s]=fail PF_NUMBERS[$s]="no layout (the jumbo-slurm: line above says why)"
+  done
+  jumbo_choose_layout
+  unset 'PF_RESULT[comm]' 'PF_NUMBERS[comm]' 'PF_RESULT[bench]' 'PF_NUMBERS[bench]'
+}
+
+# pf_comm_summary FILE: from jumbo bench comm's JSON line (its last line starting with "{"),
+# the world's all_reduce at the largest size, "world all_reduce BYTES B busbw=X GB/s ", the
+# number nccl-tests' stage reports; nothing when the line or the row is missing.
+pf_comm_summary() {
+  grep '^{' "$1" | tail -1 | python3 -c '
+import json, sys
+try:
+    rows = [r for r in json.load(sys.stdin)["rows"]
+            if r["group"] == "world" and r["op"] == "all_reduce" and r["path"] == "blocking"]
+except ValueError:
+    rows = []
+if rows:
+    size, busbw = rows[-1]["bytes"], rows[-1]["busbw"] / 1e9
+    print(f"world all_reduce {size} B busbw={busbw:.2f} GB/s ", end="")
+' 2>/dev/null
+}
+
+# The machine description this job measured (the comm stage), empty until it has.
+PF_MACHINE=
+pf_comm() {
+  local nodes=${SLURM_NNODES:-1} tp pp device max cmd out rc wrote busbw
+  tp=$(jumbo_config_value parallel.tp)
+  pp=$(jumbo_config_value parallel.pp)
+  device=$(jumbo_config_value train.device)
+  max=${JUMBO_COMM_MAX_BYTES:-$([[ $device == cuda ]] && echo 1073741824 || echo 16777216)}
+  local machine=$JUMBO_RUN_DIR/machine.toml
+  local args=(bench comm --tp "${tp:-1}" --pp "${pp:-1}" --device "${device:-cpu}"
+    --max-bytes "$max" --write-machine "$machine")
+  mapfile -t cmd < <(jumbo_launcher_cmd "${SLURM_NTASKS_PER_NODE:-}" "$nodes" "${SLURM_NTASKS:-1}")
+  out=$(mktemp "${TMPDIR:-/tmp}/jumbo-comm.XXXXXX")
+  jumbo_log "preflight: comm: ${cmd[*]} $JUMBO ${args[*]}"
+  rm -f "$machine"
+  timeout "${JUMBO_COMM_TIMEOUT:-900}" "${cmd[@]}" "$JUMBO" "${args[@]}" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  wrote=$(grep -m1 -o '^wrote .*' "$out")
+  busbw=$(pf_comm_summary "$out")
+  rm -f "$out"
+  if ((rc != 0)) || [[ ! -s $machine ]]; then
+    pf_set comm fail "jumbo bench comm exited $rc (the lines above say why)"
+    return
+  fi
+  PF_MACHINE=$machine
+  pf_set comm pass "${busbw}machine=$machine (JUMBO_MACHINE=$machine: the plan uses it;" \
+    "${wrote#wrote "$machine": })"
+}
+
 pf_bench() {
   local nodes=${SLURM_NNODES:-1} per_node cmd out rc line args
   per_node=${SLURM_NTASKS_PER_NODE:-$((${SLURM_NTASKS:-1} / nodes))}
-  # The plan's layout for this allocation, or the config's (as training). No layout that fits
-  # ends the job here (jumbo_fail_input, exit 2), with this stage named in the table.
-  PF_RESULT[bench]=fail PF_NUMBERS[bench]="no layout (the jumbo-slurm: line above says why)"
-  jumbo_choose_layout
   jumbo_train_args "$@"
   # `jumbo bench train` takes train's arguments: the config, the job's and the plan's --set,
-  # the user's; then the steps and the plan's request for the estimate.
+  # the user's; then the steps and the plan's request for the estimate: the machine the comm
+  # stage measured, else the GPU's data sheet.
   args=(bench "${JUMBO_TRAIN_ARGS[@]}" --steps "${JUMBO_PREFLIGHT_STEPS:-3}" --warmup 1
-    --nodes "$nodes" --gpus-per-node "$per_node" ${JUMBO_GPU:+--gpu "$JUMBO_GPU"})
+    --nodes "$nodes" --gpus-per-node "$per_node" ${JUMBO_GPU:+--gpu "$JUMBO_GPU"}
+    ${PF_MACHINE:+--machine "$PF_MACHINE"})
   mapfile -t cmd < <(jumbo_launcher_cmd "${SLURM_NTASKS_PER_NODE:-}" "$nodes" "${SLURM_NTASKS:-1}")
   out=$(mktemp "${TMPDIR:-/tmp}/jumbo-bench.XXXXXX")
   jumbo_log "preflight: bench: ${cmd[*]} $JUMBO ${args[*]}"
@@ -243,7 +308,8 @@ jumbo_preflight_main() {
   cd "$JUMBO_HOME" || jumbo_fail_input "JUMBO_HOME=$JUMBO_HOME is not a directory"
   jumbo_check_inputs
   local v
-  for v in JUMBO_PREFLIGHT_STEPS JUMBO_PREFLIGHT_TIMEOUT JUMBO_NCCL_TESTS_TIMEOUT; do
+  for v in JUMBO_PREFLIGHT_STEPS JUMBO_PREFLIGHT_TIMEOUT JUMBO_NCCL_TESTS_TIMEOUT \
+    JUMBO_COMM_MAX_BYTES JUMBO_COMM_TIMEOUT; do
     [[ ${!v:-1} =~ ^[1-9][0-9]*$ ]] || jumbo_fail_input "$v=${!v}: expected a whole number >= 1"
   done
   [[ -z ${JUMBO_BUSBW_FLOOR:-} || $JUMBO_BUSBW_FLOOR =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
@@ -256,6 +322,8 @@ jumbo_preflight_main() {
   jumbo_check_config
   pf_doctor
   pf_nccl_tests
+  pf_layout
+  pf_comm
   pf_bench "$@"
   local s
   for s in "${PF_STAGES[@]}"; do

@@ -105,6 +105,9 @@
 #                     node count (printed with its memory breakdown in the log; no layout
 #                     that fits ends the job, exit 2); 0: the config's layout
 #   JUMBO_GPU         GPU name for jumbo plan; default the config's train.gpu, else a100-40gb
+#   JUMBO_MACHINE     a machine description measured on this cluster (slurm/preflight.sh
+#                     writes RUN_DIR/machine.toml): jumbo plan chooses the layout on it
+#                     instead of JUMBO_GPU's data sheet; its ranks per host must be this job's
 #   OMP_NUM_THREADS   threads per rank; default --cpus-per-task
 #   NCCL_* / FI_*     anything set before sbatch is kept (the defaults above fill gaps)
 #

@@ -16,7 +16,6 @@ namespace jumbo {
 
 namespace {
 
-
 // S rounded up to whole f32 elements, a multiple of the group's ranks (the blocks of
 // reduce-scatter and all-gather).
 int64_t elements_for(int64_t bytes, int n) {
@@ -70,6 +69,42 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Every size of `op` over `g` on the path, each row (less its group's name and level) to `add`.
+void time_sizes(const CommBenchOptions& o, Backend& backend, Comm& g, Tensor all, Collective op,
+                CommPath path, const std::function<void(CommBenchRow)>& add) {
+  int64_t previous = 0;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+    const int64_t e = elements_for(bytes, g.size());
+    if (e == previous) continue;  // rounded up to the size already timed
+    previous = e;
+    const Tensor big = all.rows(0, op == Collective::p2p ? 2 * e : e);
+    const Tensor small = all.rows(e, e / g.size());
+    auto timed = [&](int64_t count) {
+      g.barrier();
+      const double t0 = now_s();
+      for (int64_t i = 0; i < count; ++i) run_once(op, path, g, big, small);
+      backend.stream().synchronize();
+      return g.all_reduce_scalar(now_s() - t0, ReduceOp::max);
+    };
+    timed(o.warmup);
+    // The first timed operation decides how many more fit the size's time, alike on every
+    // rank (the slowest rank's time).
+    const double one = timed(1);
+    const int64_t iters = std::clamp<int64_t>(
+        static_cast<int64_t>(o.seconds_per_size / std::max(one, 1e-9)), 1, o.iters);
+    CommBenchRow row;
+    row.op = op;
+    row.ranks = g.size();
+    row.bytes = e * 4;
+    row.iters = iters;
+    row.seconds = timed(iters) / static_cast<double>(iters);
+    row.algbw = static_cast<double>(row.bytes) / row.seconds;
+    row.busbw = row.algbw * bus_bandwidth_factor(op, g.size());
+    row.path = path;
+    add(std::move(row));
+  }
+}
+
 }  // namespace
 
 std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend,
@@ -87,8 +122,33 @@ std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend
     world->barrier();
   }
   Grid grid(world, static_cast<int>(o.tp), static_cast<int>(o.pp));
-  const std::pair<const char*, Comm*> groups[] = {
-      {"tp", &grid.tp()}, {"dp", &grid.dp()}, {"pp", &grid.pp()}, {"world", world.get()}};
+  // What each group is timed with: the layout's groups with the calls training makes on them
+  // (dp: the buckets' non-blocking calls; tp, pp: blocking), the levels' groups with both.
+  struct Timed {
+    const char* name;
+    Comm* comm;
+    std::vector<CommPath> paths;
+  };
+  std::vector<Timed> groups = {{"tp", &grid.tp(), {CommPath::blocking}},
+                               {"dp", &grid.dp(), {CommPath::bucketed}},
+                               {"pp", &grid.pp(), {CommPath::blocking}},
+                               {"world", world.get(), {CommPath::blocking}}};
+  const double host = host_id();
+  std::shared_ptr<Comm> this_host, across_hosts;
+  if (o.levels) {
+    // Ranks are placed in blocks per host (the launchers' default, which the grid's tp-in-a-
+    // node rule assumes too): the ranks of this rank's host, and the ranks of the same local
+    // index on every host. Whether each really is one host, or one rank per host, is checked
+    // below as for every group, from the host names.
+    const int world_rank = world->rank();
+    const double host0 = world->all_reduce_scalar(world_rank == 0 ? host : 0, ReduceOp::max);
+    const int per_host =
+        static_cast<int>(world->all_reduce_scalar(host == host0 ? 1 : 0, ReduceOp::sum));
+    this_host = world->split(world_rank / per_host, world_rank, "host");
+    across_hosts = world->split(world_rank % per_host, world_rank, "across");
+    groups.push_back({"host", this_host.get(), {CommPath::blocking, CommPath::bucketed}});
+    groups.push_back({"across", across_hosts.get(), {CommPath::blocking, CommPath::bucketed}});
+  }
   // One buffer for every size: twice the largest S (p2p's send and receive halves).
   const int64_t most = 2 * elements_for(o.max_bytes, world->size());
   Arena arena = backend.device().make_arena(static_cast<size_t>(most) * 4 + 2 * Arena::kAlign,
@@ -96,47 +156,21 @@ std::vector<CommBenchRow> bench_comm(const CommBenchOptions& o, Backend& backend
   Tensor all = arena.alloc(DType::f32, {most});
   backend.fill(all, 0.0f);  // sums of zeros stay zeros, however many operations run
   std::vector<CommBenchRow> rows;
-  const double host = host_id();
-  for (const auto& [name, comm] : groups) {
-    Comm& g = *comm;
+  for (const Timed& timed_group : groups) {
+    Comm& g = *timed_group.comm;
     if (g.size() < 2) continue;
     const bool one_host = -g.all_reduce_scalar(-host, ReduceOp::max) ==
                           g.all_reduce_scalar(host, ReduceOp::max);
-    const CommPath path = std::string(name) == "dp" ? CommPath::bucketed : CommPath::blocking;
-    for (Collective op : kCollectives) {
-      int64_t previous = 0;
-      for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
-        const int64_t e = elements_for(bytes, g.size());
-        if (e == previous) continue;  // rounded up to the size already timed
-        previous = e;
-        const Tensor big = all.rows(0, op == Collective::p2p ? 2 * e : e);
-        const Tensor small = all.rows(e, e / g.size());
-        auto timed = [&](int64_t count) {
-          g.barrier();
-          const double t0 = now_s();
-          for (int64_t i = 0; i < count; ++i) run_once(op, path, g, big, small);
-          backend.stream().synchronize();
-          return g.all_reduce_scalar(now_s() - t0, ReduceOp::max);
-        };
-        timed(o.warmup);
-        // The first timed operation decides how many more fit the size's time, alike on
-        // every rank (the slowest rank's time).
-        const double one = timed(1);
-        const int64_t iters = std::clamp<int64_t>(
-            static_cast<int64_t>(o.seconds_per_size / std::max(one, 1e-9)), 1, o.iters);
-        const double seconds = timed(iters) / static_cast<double>(iters);
-        CommBenchRow row;
-        row.group = name;
-        row.op = op;
-        row.ranks = g.size();
-        row.bytes = e * 4;
-        row.iters = iters;
-        row.seconds = seconds;
-        row.algbw = static_cast<double>(row.bytes) / seconds;
-        row.busbw = row.algbw * bus_bandwidth_factor(op, g.size());
-        row.one_host = one_host;
-        row.path = op == Collective::p2p ? CommPath::blocking : path;
-        rows.push_back(row);
+    for (size_t i = 0; i < timed_group.paths.size(); ++i) {
+      for (Collective op : kCollectives) {
+        // Point to point has one call (isend/irecv), timed once per group.
+        if (op == Collective::p2p && i > 0) continue;
+        const CommPath path = op == Collective::p2p ? CommPath::blocking : timed_group.paths[i];
+        time_sizes(o, backend, g, all, op, path, [&](CommBenchRow row) {
+          row.group = timed_group.name;
+          row.one_host = one_host;
+          rows.push_back(std::move(row));
+        });
       }
     }
   }

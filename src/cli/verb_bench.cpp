@@ -201,12 +201,15 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
                    "fewer iterations once a size's take longer than this")->capture_default_str();
   add_choice_flag(*comm, "--device", cm->device, "cpu (MPI) or cuda (NCCL)");
   comm->add_option("--write-machine", cm->write_machine,
-                   "also measure every rank's FMA peak, GEMM rate and memory bandwidth, and "
-                   "write a machine description for jumbo plan --machine (docs/plan.md)");
+                   "also time the ranks of each host and one rank per host (both levels, "
+                   "whatever the layout), measure every rank's FMA peak, GEMM rate and memory "
+                   "bandwidth, and write a machine description for jumbo plan --machine "
+                   "(docs/plan.md)");
   comm->callback([&run, cm] {
     run = [cm] {
       auto backend = make_backend(cm->device);
       auto world = make_world_comm(*backend);
+      cm->opts.levels = !cm->write_machine.empty();
       const std::vector<CommBenchRow> rows = bench_comm(cm->opts, *backend, world);
       if (world->rank() == 0) {
         fmt::print("{}\n", describe(rows, cm->opts, world->size(), to_string(cm->device)));

@@ -3,7 +3,8 @@
 # rank times all_reduce, reduce_scatter, all_gather and p2p at doubling sizes; each row's bus
 # bandwidth is its algorithm bandwidth times nccl-tests' factor for its op and ranks, sizes
 # are whole f32 blocks of the group, and a size that does not divide the world is refused in
-# one line. Usage: comm.sh JUMBO REPO
+# one line; --write-machine adds the host's group with both paths and writes a description
+# with every intra-host cost. Usage: comm.sh JUMBO REPO
 source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/expect_error.sh
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -42,15 +43,28 @@ for path, groups in ((sys.argv[1], {"tp": 2, "dp": 2, "world": 4}),
           f"{big['busbw'] / 1e9:.3f} GB/s bus bandwidth")
 EOF
 # --write-machine: a description jumbo plan --machine reads, its collectives on one host
-# (intra), none across hosts, each step's terms printed.
-mpirun -np 2 "$jumbo" bench comm --max-bytes 4096 --iters 2 --warmup 1 \
+# (intra), none across hosts, each step's terms printed. Its layout, tp 2 x pp 2, has no dp
+# group, so the buckets' calls come from the host's group, timed with both paths.
+mpirun -np 4 "$jumbo" bench comm --tp 2 --pp 2 --max-bytes 4096 --iters 2 --warmup 1 \
   --write-machine "$tmp/machine.toml" >"$tmp/machine.out" 2>&1 </dev/null ||
   fail "bench comm --write-machine: $(tail -3 "$tmp/machine.out")"
-for key in 'device = "cpu"' 'ranks_per_host = 2' '[intra.all_reduce]' '[intra.p2p]' \
-  gemm_efficiency attention_efficiency memory_gbps; do
+for key in 'device = "cpu"' 'ranks_per_host = 4' '[intra.all_reduce]' '[intra.reduce_scatter]' \
+  '[intra.all_gather]' '[intra.p2p]' '[intra.bucket_all_reduce]' '[intra.bucket_reduce_scatter]' \
+  '[intra.bucket_all_gather]' gemm_efficiency attention_efficiency memory_gbps; do
   grep -qF "$key" "$tmp/machine.toml" || fail "machine.toml has no $key"
 done
 grep -q '^\[inter' "$tmp/machine.toml" && fail "one host's machine.toml has inter costs"
+python3 - "$tmp/machine.out" <<'PYEOF' || fail "bench comm --write-machine's host rows"
+import json, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("{")][-1]
+rows = json.loads(line)["rows"]
+host = {(r["op"], r["path"]) for r in rows if r["group"] == "host"}
+want = {(o, "blocking") for o in ("all_reduce", "reduce_scatter", "all_gather", "p2p")} | \
+       {(o, "bucketed") for o in ("all_reduce", "reduce_scatter", "all_gather")}
+assert host == want, sorted(host)
+assert all(r["ranks"] == 4 and r["one_host"] for r in rows if r["group"] == "host")
+assert not any(r["group"] == "across" for r in rows), "one rank per host of one host: no group"
+PYEOF
 "$jumbo" plan --model inputs/models/tiny.toml --machine "$tmp/machine.toml" --nodes 1 \
   --global-batch 8 --precision fp32 >"$tmp/plan.out" 2>&1 || fail "plan --machine: $(cat "$tmp/plan.out")"
 grep -qE '^  step [0-9.e-]+ s: compute .* elementwise .* tp .* dp .* exposed of .* optimizer' \

@@ -191,10 +191,13 @@ cat "$log"
 echo "ok: slurm/scaling.sh strong across host1 and host2 in $((SECONDS - t0)) s"
 
 # 5. slurm/preflight.sh, its CPU form, on both hosts (its parts alone: tests/slurm/preflight.sh):
-# the doctor passes on each host, nccl-tests is skipped in one line (no GPU), and `jumbo bench
-# train` runs run.toml on the 4 ranks with the layout `jumbo plan --best` chose for 2 hosts x
-# 2 ranks; the table, and the machine-readable step line (plan=na: the time model is a GPU's).
+# the doctor passes on each host, nccl-tests is skipped in one line (no GPU), `jumbo bench comm`
+# measures the chosen layout's groups and writes the run's machine description (both levels:
+# 2 ranks of a host share memory, the hosts talk TCP), and `jumbo bench train` runs run.toml on
+# the 4 ranks with the layout `jumbo plan --best` chose for 2 hosts x 2 ranks, estimated on
+# that machine; the table, and the machine-readable step line with the plan and the ratio.
 t0=$SECONDS
+machine=$tmp/fsx/runs/mh-preflight/machine.toml
 id=$(JUMBO_RUN_NAME=mh-preflight as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=2 \
   slurm/preflight.sh) || fail "sbatch preflight"
 log=$tmp/logs/jumbo-preflight-$id.out
@@ -205,22 +208,33 @@ chosen=$(sed -n 's/.*jumbo-slurm: layout: jumbo plan chose --set parallel.tp=\([
 for want in '^preflight: stage +result +numbers$' \
   '^preflight: doctor +pass +every node passed \(2 nodes, host\[1-2\]\)$' \
   '^preflight: nccl-tests +skipped +no GPU on host1 \(nvidia-smi lists none\): the CPU form runs no all_reduce_perf$' \
-  "^preflight: bench +pass +measured=[0-9.]+s plan=na ratio=na layout=$chosen.* device=cpu ranks=4 " \
-  "^preflight: step measured=[0-9.]+s plan=na ratio=na layout=$chosen.* device=cpu ranks=4 " \
+  "^preflight: comm +pass +world all_reduce [0-9]+ B busbw=[0-9.]+ GB/s machine=$machine \(JUMBO_MACHINE=" \
+  "^preflight: bench +pass +measured=[0-9.]+s plan=[0-9.]+s ratio=[0-9.]+ layout=$chosen.* device=cpu gpu=$machine ranks=4$" \
+  "^preflight: step measured=[0-9.]+s plan=[0-9.]+s ratio=[0-9.]+ layout=$chosen.* device=cpu gpu=$machine ranks=4$" \
   '^preflight: passed: every stage passed or was skipped$'; do
   grep -qE "$want" "$log" || fail "preflight: no line matching '$want'"
 done
 grep '^preflight:' "$log"
+# The description has both levels: the chosen layout's groups within a host (intra) and
+# those across the hosts (inter).
+for want in '^ranks_per_host = 2$' '^\[intra\.[a-z_]+\]$' '^\[inter\.[a-z_]+\]$'; do
+  grep -qE "$want" "$machine" || fail "preflight: $machine has no line matching '$want'"
+done
 # A stage that fails is named and the job exits 1: train.device = cuda in this CPU-only build
-# (the doctor, which would say so too, skipped).
-id=$(JUMBO_RUN_NAME=mh-preflight JUMBO_DOCTOR=0 as_job_user sbatch "${sbatch_args[@]}" \
-  --ntasks-per-node=2 slurm/preflight.sh --set train.device=cuda) || fail "sbatch preflight"
+# (the doctor, which would say so too, skipped). Its plan chooses the layout on the machine the
+# first job measured (JUMBO_MACHINE), as train_jumbo.sh would.
+cp "$machine" "$tmp/machine.toml" && chown "$JUMBO_JOB_USER" "$tmp/machine.toml"
+id=$(JUMBO_RUN_NAME=mh-preflight-cuda JUMBO_DOCTOR=0 JUMBO_MACHINE=$tmp/machine.toml \
+  as_job_user sbatch "${sbatch_args[@]}" --ntasks-per-node=2 slurm/preflight.sh \
+  --set train.device=cuda) || fail "sbatch preflight"
 log=$tmp/logs/jumbo-preflight-$id.out
 wait_job "$id" FAILED 90 || fail "preflight with train.device=cuda: job $id did not fail"
 [[ $(job_field "$id" ExitCode) == 1:0 ]] || fail "preflight: exit code $(job_field "$id" ExitCode), want 1:0"
 for want in '^preflight: doctor +skipped +JUMBO_DOCTOR=0$' \
+  "jumbo-slurm: layout: .* plan .* --machine $tmp/machine.toml$" \
+  '^preflight: comm +fail +jumbo bench comm exited [1-9][0-9]* \(the lines above say why\)$' \
   '^preflight: bench +fail +jumbo bench train exited [1-9][0-9]* \(the lines above say why\)$' \
-  '^preflight: FAILED: bench \(exit 1\)$'; do
+  '^preflight: FAILED: comm bench \(exit 1\)$'; do
   grep -qE "$want" "$log" || fail "preflight with train.device=cuda: no line matching '$want'"
 done
 echo "ok: slurm/preflight.sh (CPU form) on host1 and host2 in $((SECONDS - t0)) s; a failed" \

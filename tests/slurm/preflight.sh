@@ -12,7 +12,10 @@
 #  2. the floors per instance type (p4d, p5; none for an unknown type);
 #  3. the table at the end of the job: a failed stage named, a stage not reached "skipped";
 #  4. `jumbo bench train --config` of a tiny run on 2 MPI ranks (tp 2): the machine-readable
-#     line with the layout, "plan=na ratio=na" on the CPU; and a bad --nodes refused in one line.
+#     line with the layout, "plan=na ratio=na" on the CPU without a machine description; the
+#     comm stage's `jumbo bench comm --write-machine` on those ranks, its summary, and the
+#     estimate on that machine (plan= and ratio=); JUMBO_MACHINE of another ranks-per-host
+#     refused by jumbo_choose_layout; and a bad --nodes refused in one line.
 # Usage: preflight.sh JUMBO REPO
 source "$(dirname "$0")/../support/harness.sh" "$@"
 stop_at_first_failure
@@ -90,11 +93,12 @@ table=$(jumbo_final_hook)
 for want in '^preflight: stage +result +numbers$' \
   '^preflight: doctor +pass +every node passed \(2 nodes, host\[1-2\]\)$' \
   '^preflight: nccl-tests +fail +avg=3.1 size=8589934592 busbw=3.20 .* below the floor 28.6 GB/s$' \
+  '^preflight: comm +skipped +not run: the job ended before it \(above\)$' \
   '^preflight: bench +skipped +not run: the job ended before it \(above\)$' \
   '^preflight: FAILED: nccl-tests \(exit 1\)$'; do
   grep -qE "$want" <<<"$table" || fail "the table has no line matching '$want': $table"
 done
-[[ $(wc -l <<<"$table") == 5 ]] || fail "the table is not 5 lines: $table"
+[[ $(wc -l <<<"$table") == 6 ]] || fail "the table is not 6 lines: $table"
 echo "ok: the table names the failed stage"
 
 # 4. The bench of a run config across MPI ranks (synthetic tokens: no data files exist).
@@ -117,6 +121,32 @@ out=$(timeout 60 mpirun -np 2 "$jumbo" bench train --config "$tmp/run.toml" --se
 grep -qE '^preflight: step measured=[0-9.]+s plan=na ratio=na layout=tp2,pp1,dp1,mb1,vs1,recompute=none,zero1=0,sp=0 device=cpu ranks=2 \(' <<<"$out" ||
   fail "no machine-readable preflight line: $out"
 echo "ok: $(grep '^preflight:' <<<"$out")"
+# The comm stage's command on the same 2 ranks: the machine description it writes, its summary
+# (the world's all_reduce at the largest size), and the bench's estimate on that machine.
+timeout 60 mpirun -np 2 "$jumbo" bench comm --max-bytes 65536 --seconds-per-size 0.05 \
+  --write-machine "$tmp/machine.toml" >"$tmp/comm.txt" 2>&1 || fail "bench comm: $(cat "$tmp/comm.txt")"
+got=$(pf_comm_summary "$tmp/comm.txt")
+[[ $got =~ ^world\ all_reduce\ 65536\ B\ busbw=[0-9]+\.[0-9]{2}\ GB/s\ $ ]] ||
+  fail "pf_comm_summary: '$got'"
+echo "ok: pf_comm_summary: $got"
+printf 'bench comm: no rows\n{"rows": []}\n' >"$tmp/empty.txt"
+[[ -z $(pf_comm_summary "$tmp/empty.txt") && -z $(pf_comm_summary /dev/null) ]] ||
+  fail "pf_comm_summary of no rows is not empty"
+out=$(timeout 60 mpirun -np 2 "$jumbo" bench train --config "$tmp/run.toml" --set parallel.tp=2 \
+  --steps 2 --warmup 1 --nodes 1 --machine "$tmp/machine.toml" 2>&1) ||
+  fail "bench train --machine on 2 ranks: $out"
+grep -qE "^preflight: step measured=[0-9.]+s plan=[0-9.]+s ratio=[0-9.]+ layout=tp2,.* device=cpu gpu=$tmp/machine.toml ranks=2$" <<<"$out" ||
+  fail "no estimate on the measured machine: $out"
+echo "ok: $(grep '^preflight:' <<<"$out")"
+# JUMBO_MACHINE measured with 2 ranks per host, a job of 4 per node: refused in one line, exit 2.
+out=$(JUMBO=$jumbo JUMBO_CONFIG=$tmp/run.toml JUMBO_MACHINE=$tmp/machine.toml JUMBO_LAYOUT_FROM_PLAN=1 \
+  SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=4 bash -c 'source slurm/common.sh
+    JUMBO_JOB_SETS=() JUMBO_USER_SETS=()
+    jumbo_choose_layout' 2>&1)
+rc=$?
+((rc == 2)) && grep -q "not requeued because JUMBO_MACHINE=$tmp/machine.toml was measured with 2 ranks per host (ranks_per_host), but this job runs 4 per node" <<<"$out" ||
+  fail "JUMBO_MACHINE of another shape: exit $rc: $out"
+echo "ok: JUMBO_MACHINE of 2 ranks per host for 4 per node refused (exit 2)"
 out=$(timeout 60 mpirun -np 2 "$jumbo" bench train --config "$tmp/run.toml" --nodes 3 2>&1)
 rc=$?
 ((rc == 2)) && grep -q "bench train: --nodes 3 x --gpus-per-node 0 is not the 2 ranks of this launch" <<<"$out" ||

@@ -1,9 +1,9 @@
 #pragma once
 // `jumbo bench comm`: the collectives jumbo runs, timed over the tp, dp and pp groups of a
-// layout and over the world, at sizes from bytes to a GiB, with the algorithm and bus
-// bandwidth nccl-tests reports (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md): algbw =
-// S / t for a collective of S bytes (all-gather: the gathered output; reduce-scatter: the
-// input), busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather and
+// layout and over the world (with `levels`, also the ranks of a host and one rank per host),
+// at sizes from bytes to a GiB, with the algorithm and bus bandwidth nccl-tests reports
+// (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md): algbw = S / t for a collective of S
+// bytes (all-gather: the gathered output; reduce-scatter: the input), busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather and
 // reduce-scatter, x 1 for point-to-point (each rank sends S to the next of its group's ring
 // and receives S from the one before, as nccl-tests' sendrecv). MPI on the CPU backend, NCCL
 // on the CUDA one: the same Comm calls training makes. A benchmark, not a test.
@@ -28,10 +28,14 @@ struct CommBenchOptions {
   // A size stops repeating once its iterations took this long (its first timed run decides,
   // on every rank alike): large sizes over slow links still end in reasonable time.
   double seconds_per_size = 1.0;
+  // Also the ranks of each host and one rank per host, each with the blocking and the
+  // buckets' calls: both levels of a machine description for every collective, whatever
+  // the layout's groups (--write-machine).
+  bool levels = false;
 };
 
 struct CommBenchRow {
-  std::string group;  // "tp", "dp", "pp", "world"
+  std::string group;  // "tp", "dp", "pp", "world"; with levels "host", "across"
   Collective op = Collective::all_reduce;
   int ranks = 0;
   int64_t bytes = 0;      // S
