@@ -143,6 +143,15 @@ class MpiComm final : public Comm {
     check_blocks(in, out, "reduce_scatter");
     count(in);
     if (size_ == 1) return copy_if_distinct(out, in);
+    if (RingCollectives::reducible(in.dtype)) {
+      // The ring, in place on `in`, not MPI_Reduce_scatter_block: Open MPI's allocates a
+      // temporary of the whole buffer on every call, which glibc hands back to the kernel on
+      // free, so each call faulted its pages in anew (sequence parallelism's reduce-scatters
+      // made a tp 2 step of the time model's check 0.40 s instead of 0.27 s).
+      CommRequest r = ring_request(RingKind::reduce_scatter, in);
+      wait(r);
+      return copy_if_distinct(out, in.view({in.numel()}).rows(rank_ * out.numel(), out.numel()));
+    }
     MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in.dtype),
                              mpi_op(in.dtype, ReduceOp::sum), comm_);
   }

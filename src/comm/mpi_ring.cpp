@@ -13,7 +13,9 @@ namespace jumbo {
 RingCollectives::RingCollectives(MPI_Comm comm, int rank, int size, const std::string& name)
     : rank_(rank), size_(size), name_(name) {
   MPI_Comm_dup(comm, &comm_);
-  staging_.resize(static_cast<size_t>(kPieceElems) * 4);
+  // Not zeroed: its pages become resident only as far as the largest message reaches (a tp
+  // group's reduce-scatters of activations use a small part of it).
+  staging_.reset(new char[static_cast<size_t>(kPieceElems) * 4]);
   done_.assign(kMaxInFlight, true);
   for (int s = kMaxInFlight; s-- > 0;) free_.push_back(s);
   int provided = 0;
@@ -109,10 +111,10 @@ void RingCollectives::reduce_scatter(char* base, DType t, int64_t block) {
       const int bytes = count * static_cast<int>(elem);
       char* send = base + static_cast<size_t>(send_block * block + at) * elem;
       char* into = base + static_cast<size_t>(recv_block * block + at) * elem;
-      MPI_Sendrecv(send, bytes, MPI_BYTE, next, 0, staging_.data(), bytes, MPI_BYTE, prev, 0,
+      MPI_Sendrecv(send, bytes, MPI_BYTE, next, 0, staging_.get(), bytes, MPI_BYTE, prev, 0,
                    comm_, MPI_STATUS_IGNORE);
       // into = received + into (exact for f32 sums of two; bf16 adds in fp32).
-      MPI_Reduce_local(staging_.data(), into, count, mpi_type(t), mpi_op(t, ReduceOp::sum));
+      MPI_Reduce_local(staging_.get(), into, count, mpi_type(t), mpi_op(t, ReduceOp::sum));
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -65,7 +66,7 @@ class RingCollectives {
   int rank_ = 0, size_ = 1;
   std::string name_;
   bool threaded_ = false;  // MPI_THREAD_MULTIPLE: a worker thread; else run at submit
-  std::vector<char> staging_;
+  std::unique_ptr<char[]> staging_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;

@@ -184,8 +184,14 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
     // (the widest input: the MLP's second GEMM or the model width).
     scratch += static_cast<double>(
         cpu_linear_scratch_bytes(static_cast<int64_t>(x.b * x.s), static_cast<int64_t>(std::max(x.c, x.fl))));
-    // The data-parallel rings reduce and gather in place through one staging piece.
-    const double ring_staging = l.dp > 1 ? static_cast<double>(kMpiRingStagingBytes) : 0;
+    // The rings reduce and gather in place through one staging piece per communicator,
+    // resident as far as its largest message: the data-parallel one a rank's block of the
+    // largest gradient bucket (f32), the tp one (sequence parallelism's reduce-scatters) a
+    // rank's block of the activations, b s/t h in the compute dtype.
+    const double piece = static_cast<double>(kMpiRingStagingBytes);
+    const double bucket = static_cast<double>(std::min(l.bucket_size, e.trained_params));
+    const double ring_staging = (l.dp > 1 ? std::min(piece, 4 * bucket / dp) : 0) +
+                                (sp ? std::min(piece, x.b * x.sp * x.c * t_size) : 0);
     e.workspace = runtime_bytes(PlanDevice::cpu, l.world_size()) + scratch + ring_staging;
   }
   return e;

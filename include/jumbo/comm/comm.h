@@ -40,6 +40,7 @@ class Comm {
   // one message instead of one per tensor. Each tensor's result is what all_reduce gives it.
   virtual void all_reduce_coalesced(std::span<const Tensor> ts, ReduceOp op) = 0;
   // in holds size() equal blocks; out (one block) receives this rank's block of the sum.
+  // in's contents are undefined after (MPI reduces in place through its rings).
   virtual void reduce_scatter(Tensor in, Tensor out) = 0;
   // The same, non-blocking and in place: pass out = in's block of this rank (NCCL's and the
   // MPI ring's in-place form; no temporary of `in`). in's other blocks are undefined after.
@@ -75,8 +76,9 @@ class Comm {
   uint64_t bytes_sent_ = 0;
 };
 
-// MpiComm runs its non-blocking collectives (the data-parallel buckets) as in-place rings
-// with one staging piece of this many bytes per communicator that uses them.
+// MpiComm runs its non-blocking collectives (the data-parallel buckets) and its blocking
+// reduce-scatter (sequence parallelism's) as in-place rings with one staging piece of this
+// many bytes per communicator that uses them (touched as far as its largest message).
 inline constexpr int64_t kMpiRingStagingBytes = int64_t{4} << 20;
 
 // A process started by a launcher (mpirun, srun, any PMI/PMIx launcher: their environment
