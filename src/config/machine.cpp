@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <toml++/toml.h>
 
 #include "jumbo/config/config.h"
@@ -48,6 +50,49 @@ double CollectiveCost::seconds(Collective c, double bytes, int64_t n) const {
   const auto lo = hi - 1;
   const double f = std::log(bus / lo->first) / std::log(hi->first / lo->first);
   return std::exp(std::log(lo->second) + f * std::log(hi->second / lo->second));
+}
+
+double Machine::gemm_rate(double rows, Pass pass) const {
+  return peak_flops * (gemm_by_rows.empty() ? gemm_efficiency
+                                            : gemm_by_rows.efficiency(rows, pass));
+}
+
+namespace {
+
+// Where `x` falls on `axis` (increasing): the lower index and the fraction towards the next,
+// linear in log(x), clamped to the ends.
+std::pair<size_t, double> log_position(const std::vector<double>& axis, double x) {
+  if (axis.size() == 1 || x <= axis.front()) return {0, 0.0};
+  if (x >= axis.back()) return {axis.size() - 2, 1.0};
+  const size_t hi = static_cast<size_t>(std::upper_bound(axis.begin(), axis.end(), x) - axis.begin());
+  return {hi - 1, std::log(x / axis[hi - 1]) / std::log(axis[hi] / axis[hi - 1])};
+}
+
+}  // namespace
+
+double GemmCurve::efficiency(double at_rows, Pass pass) const {
+  const std::vector<double>& e = pass == Pass::forward ? forward : backward;
+  const auto [i, f] = log_position(rows, at_rows);
+  return rows.size() == 1 ? e[0] : e[i] + f * (e[i + 1] - e[i]);
+}
+
+double AttentionTable::efficiency(double at_seq, double at_head_dim, Pass pass) const {
+  const std::vector<double>& e = pass == Pass::forward ? forward : backward;
+  const size_t cols = head_dim.size();
+  const auto [i, fi] = log_position(seq, at_seq);
+  const auto [j, fj] = log_position(head_dim, at_head_dim);
+  const auto at = [&](size_t a, size_t b) {
+    return e[std::min(a, seq.size() - 1) * cols + std::min(b, cols - 1)];
+  };
+  const double low = at(i, j) + fj * (at(i, j + 1) - at(i, j));
+  const double high = at(i + 1, j) + fj * (at(i + 1, j + 1) - at(i + 1, j));
+  return low + fi * (high - low);
+}
+
+double Machine::attention_rate(double seq, double head_dim, Pass pass) const {
+  return peak_flops * (attention_by_shape.empty()
+                           ? attention_efficiency
+                           : attention_by_shape.efficiency(seq, head_dim, pass));
 }
 
 const CollectiveCost& LinkCosts::of(Collective c, CommPath path) const {
@@ -182,6 +227,73 @@ CollectiveCost read_cost(const toml::table& t, const std::string& path, const st
   return c;
 }
 
+// table[key]: a non-empty array of positive numbers (an array of such arrays, flattened,
+// when `rows_of` > 0: that many arrays of `row_length` each).
+std::vector<double> positive_numbers(const toml::table& table, const std::string& path,
+                                     const std::string& where, const char* key,
+                                     size_t rows_of = 0, size_t row_length = 0) {
+  const std::string name = fmt::format("{}.{}", where, key);
+  const toml::array* a = table.get(key) ? table.get(key)->as_array() : nullptr;
+  const std::string expected = rows_of > 0
+                                   ? fmt::format("expected {} arrays of {} positive numbers",
+                                                 rows_of, row_length)
+                                   : std::string("expected an array of positive numbers");
+  if (!a || a->empty() || (rows_of > 0 && a->size() != rows_of)) bad(path, name, expected);
+  std::vector<double> out;
+  const auto add = [&](const toml::node& e) {
+    const std::optional<double> v = e.value<double>();
+    if (!v || !std::isfinite(*v) || *v <= 0) bad(path, name, expected);
+    out.push_back(*v);
+  };
+  for (const toml::node& e : *a) {
+    if (rows_of == 0) {
+      add(e);
+      continue;
+    }
+    const toml::array* row = e.as_array();
+    if (!row || row->size() != row_length) bad(path, name, expected);
+    for (const toml::node& v : *row) add(v);
+  }
+  return out;
+}
+
+void require_increasing(const std::vector<double>& axis, const std::string& path,
+                        const std::string& name) {
+  if (std::adjacent_find(axis.begin(), axis.end(), std::greater_equal<>()) != axis.end())
+    bad(path, name, "expected values increasing");
+}
+
+// [gemm]: rows increasing, one efficiency per row count and pass.
+GemmCurve read_gemm_curve(const toml::table& g, const std::string& path) {
+  GemmCurve c;
+  c.rows = positive_numbers(g, path, "gemm", "rows");
+  require_increasing(c.rows, path, "gemm.rows");
+  c.forward = positive_numbers(g, path, "gemm", "forward_efficiency");
+  c.backward = positive_numbers(g, path, "gemm", "backward_efficiency");
+  for (const auto* e : {&c.forward, &c.backward}) {
+    if (e->size() != c.rows.size()) {
+      bad(path, e == &c.forward ? "gemm.forward_efficiency" : "gemm.backward_efficiency",
+          fmt::format("{} values for the {} of gemm.rows", e->size(), c.rows.size()));
+    }
+  }
+  return c;
+}
+
+// [attention]: seq and head_dim increasing, per pass one array per seq of one efficiency per
+// head size.
+AttentionTable read_attention_table(const toml::table& a, const std::string& path) {
+  AttentionTable t;
+  t.seq = positive_numbers(a, path, "attention", "seq");
+  require_increasing(t.seq, path, "attention.seq");
+  t.head_dim = positive_numbers(a, path, "attention", "head_dim");
+  require_increasing(t.head_dim, path, "attention.head_dim");
+  t.forward = positive_numbers(a, path, "attention", "forward_efficiency", t.seq.size(),
+                               t.head_dim.size());
+  t.backward = positive_numbers(a, path, "attention", "backward_efficiency", t.seq.size(),
+                                t.head_dim.size());
+  return t;
+}
+
 }  // namespace
 
 Machine load_machine(const std::string& path) {
@@ -200,6 +312,15 @@ Machine load_machine(const std::string& path) {
   m.peak_flops = positive(t, path, "peak_tflops") * 1e12;
   m.gemm_efficiency = positive(t, path, "gemm_efficiency");
   m.attention_efficiency = positive(t, path, "attention_efficiency");
+  if (const toml::node* g = t.get("gemm")) {
+    if (!g->as_table()) bad(path, "gemm", "expected a table (rows, forward_efficiency, backward_efficiency)");
+    m.gemm_by_rows = read_gemm_curve(*g->as_table(), path);
+  }
+  if (const toml::node* a = t.get("attention")) {
+    if (!a->as_table())
+      bad(path, "attention", "expected a table (seq, head_dim, forward_efficiency, backward_efficiency)");
+    m.attention_by_shape = read_attention_table(*a->as_table(), path);
+  }
   m.memory_bytes = positive(t, path, "memory_gib") * (1ull << 30);
   m.memory_bandwidth = positive(t, path, "memory_gbps") * 1e9;
   const toml::node* overlap = t.get("overlap");
@@ -242,6 +363,32 @@ std::string machine_toml(const Machine& m) {
       m.peak_flops / 1e12, m.gemm_efficiency, m.attention_efficiency,
       m.memory_bytes / (1ull << 30),
       m.memory_bandwidth / 1e9, m.overlap);
+  // "[a, b, c]" of v[from, from + count), each with `digits` decimals.
+  const auto list = [](const std::vector<double>& v, int digits, size_t from = 0,
+                       size_t count = SIZE_MAX) {
+    std::string s;
+    for (size_t i = from; i < std::min(v.size(), from + count); ++i)
+      s += fmt::format("{}{:.{}f}", s.empty() ? "" : ", ", v[i], digits);
+    return "[" + s + "]";
+  };
+  if (!m.gemm_by_rows.empty()) {
+    const GemmCurve& g = m.gemm_by_rows;
+    out += fmt::format("\n[gemm]  # efficiency by the GEMM's rows (a microbatch's tokens)\n"
+                       "rows = {}\nforward_efficiency = {}\nbackward_efficiency = {}\n",
+                       list(g.rows, 0), list(g.forward, 4), list(g.backward, 4));
+  }
+  if (!m.attention_by_shape.empty()) {
+    const AttentionTable& a = m.attention_by_shape;
+    out += fmt::format("\n[attention]  # efficiency by sequence length and head size\n"
+                       "seq = {}\nhead_dim = {}\n", list(a.seq, 0), list(a.head_dim, 0));
+    for (const auto& [name, e] : {std::pair{"forward_efficiency", &a.forward},
+                                  std::pair{"backward_efficiency", &a.backward}}) {
+      out += fmt::format("{} = [  # one row per seq\n", name);
+      for (size_t i = 0; i < a.seq.size(); ++i)
+        out += fmt::format("  {},\n", list(*e, 4, i * a.head_dim.size(), a.head_dim.size()));
+      out += "]\n";
+    }
+  }
   for (NetLevel level : {NetLevel::intra, NetLevel::inter}) {
     for (CommPath p : kPaths) {
     for (Collective c : kCollectives) {

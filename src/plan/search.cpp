@@ -66,18 +66,31 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const Machine& mc = r.machine;
   const int64_t seq = r.seq();
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
-  const double gemm_rate = mc.peak_flops * mc.gemm_efficiency;  // per rank
   // A forward is a third of the model FLOPs, the backward two thirds: the inputs' gradients
   // and the weights'. LoRA's frozen base has no weights' gradients (the adapters' are
-  // negligible), so a LoRA step runs, and is credited with, two thirds.
+  // negligible), so a LoRA step runs, and is credited with, two thirds: the forward and half
+  // of the backward.
   const double pretraining_flops = model_flops_per_iteration(m, r.target.global_batch, seq);
   const bool lora = r.target.fine_tune == FineTune::lora;
   const double model_flops = lora ? pretraining_flops * 2.0 / 3.0 : pretraining_flops;
-  const double lora_share = lora ? 2.0 / 3.0 : 1.0;
+  const double backward_share = lora ? 0.5 : 1.0;
   // Per layer of the whole batch, split as model/flops.h counts them: the attention core
   // 6 B s^2 h (causal at half), the layer's GEMMs the rest of its share; the head's GEMM
-  // 6 B s h V. GEMMs run at the machine's GEMM rate, the attention core at its attention
-  // rate.
+  // 6 B s h V. Each pass at the machine's rate for it: the GEMMs' at their rows (one
+  // microbatch's tokens, b s, also under sequence parallelism, whose GEMMs take the gathered
+  // sequence), the attention core's.
+  const double gemm_rows = static_cast<double>(l.micro_batch * seq);
+  const double gemm_forward = mc.gemm_rate(gemm_rows, Pass::forward);
+  const double gemm_backward = mc.gemm_rate(gemm_rows, Pass::backward);
+  const double head_dim = static_cast<double>(m.d_model / m.heads);
+  const double attention_forward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::forward);
+  const double attention_backward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::backward);
+  const auto gemm_seconds = [&](double flops) {
+    return flops / 3 / gemm_forward + backward_share * flops * 2 / 3 / gemm_backward;
+  };
+  const auto attention_seconds = [&](double flops) {
+    return flops / 3 / attention_forward + backward_share * flops * 2 / 3 / attention_backward;
+  };
   const double batch = static_cast<double>(r.target.global_batch);
   const double h = static_cast<double>(m.d_model), sd = static_cast<double>(seq);
   const double vocab = static_cast<double>(m.padded_vocab(l.tp));
@@ -85,15 +98,29 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double layer_attention = 6.0 * batch * sd * sd * h;
   const double layer_gemm = (pretraining_flops - head_flops) / static_cast<double>(m.layers) -
                             layer_attention;
-  const double attention_rate = mc.peak_flops * mc.attention_efficiency;
   const double ranks_per_stage = static_cast<double>(l.tp * l.dp);
-  // The memory-bound kernels between the GEMMs (layer norms, GELU, residual adds and their
-  // backwards: about 42 b s h values a layer, 18 of them forward; the cross-entropy's five
-  // f32 passes over the logits), at the machine's memory bandwidth.
+  // The memory-bound kernels between the GEMMs, at the machine's memory bandwidth, in b s h
+  // values a layer: 22 (10 forward) in the norm regions (layer norms, residual adds), which
+  // every tp rank runs on the whole sequence, or on its 1/tp of it under sequence
+  // parallelism; the GELU's 5 f/h (2 f/h forward: it reads and writes the ffn's f / tp
+  // columns, and its backward reads two and writes one): 42 (18 forward) at f = 4h. Sequence parallelism also rearranges [b, s, h] to [tp, b, s/tp, h] and back
+  // around each of its collectives (model/layer.cpp's TensorParallelRegion): a copy of the
+  // whole b s h, 2 values, at each of a layer's 4 forward and 4 backward collectives, and at
+  // the embedding's and the head's (2 each). The head adds the cross-entropy's five f32 passes
+  // over the logits. Counted here per layer x tp; the stage's sum is divided by tp x dp below.
   const double tokens = batch * sd;
   const double dtype_bytes = r.target.precision == Precision::bf16 ? 2 : 4;
-  const double layer_elementwise = tokens * 42.0 * h * dtype_bytes / mc.memory_bandwidth;
+  const double t = static_cast<double>(l.tp);
+  const bool sp = l.sequence_parallel_active();
+  const double value = tokens * h * dtype_bytes / mc.memory_bandwidth;  // b s h, whole batch
+  const auto tp_values = [&](double norm_regions, double gelu, double copies) {
+    return (norm_regions * (sp ? 1.0 : t) + gelu + (sp ? copies * t : 0.0)) * value;
+  };
+  const double ffn_share = static_cast<double>(m.ffn_dim()) / h;
+  const double layer_elementwise = tp_values(22, 5 * ffn_share, 16);
+  const double layer_forward_elementwise = tp_values(10, 2 * ffn_share, 8);
   const double head_elementwise = tokens * 5.0 * 4.0 * vocab / mc.memory_bandwidth;
+  const double edge_copies = tp_values(0, 0, 4);  // the embedding's, the head's
   // The pipeline runs at its slowest rank's pace: each rank's layers (all its chunks), the
   // last one's the head too (parallel/stage_plan.h's split counts the head as V / (12 h)
   // layers, an approximation of these FLOPs).
@@ -103,18 +130,18 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const double layers = static_cast<double>(per_stage[static_cast<size_t>(stage)]);
     const bool head = stage == l.pp - 1;
-    const double layer_compute = layer_gemm / gemm_rate + layer_attention / attention_rate;
-    const double compute =
-        lora_share * (layers * layer_compute + (head ? head_flops / gemm_rate : 0));
-    const double elementwise = layers * layer_elementwise + (head ? head_elementwise : 0);
-    // Full recomputation runs each layer's forward once more (a third of its GEMM and
-    // attention FLOPs, 18 of its 42 elementwise values); selective, the attention core's
-    // forward (a third of its FLOPs).
+    const double layer_compute = gemm_seconds(layer_gemm) + attention_seconds(layer_attention);
+    const double layer_forward = layer_gemm / 3 / gemm_forward + layer_attention / 3 / attention_forward;
+    const double compute = layers * layer_compute + (head ? gemm_seconds(head_flops) : 0);
+    const double elementwise = layers * layer_elementwise + (head ? head_elementwise : 0) +
+                               (stage == 0 ? edge_copies : 0) + (head ? edge_copies : 0);
+    // Full recomputation runs each layer's forward once more (its GEMMs' and attention's
+    // forward, its forward elementwise values); selective, the attention core's forward.
     const double recompute =
-        l.recompute == Recompute::full
-            ? layers * (layer_compute / 3.0 + layer_elementwise * 18.0 / 42.0)
-        : l.recompute == Recompute::selective ? layers * layer_attention / attention_rate / 3.0
-                                              : 0;
+        l.recompute == Recompute::full ? layers * (layer_forward + layer_forward_elementwise)
+        : l.recompute == Recompute::selective
+            ? layers * layer_attention / 3 / attention_forward
+            : 0;
     const double work = (compute + elementwise + recompute) / ranks_per_stage;
     if (work > slowest_work) {
       slowest_work = work;

@@ -1,4 +1,5 @@
-// Machine descriptions: the collective cost curves, the TOML round trip, and one-line errors.
+// Machine descriptions: the collective cost curves, the compute rates by shape, the TOML round
+// trip, and one-line errors.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -61,6 +62,33 @@ TEST(Machine, TomlRoundTrip) {
   EXPECT_NE(machine_toml(m).find("[inter.bucket_reduce_scatter]"), std::string::npos);
 }
 
+TEST(Machine, ComputeRatesByShapeAndPass) {
+  Machine m = machine_of_gpu(*find_gpu("a100-40gb"), 8);
+  // Without measured shapes: one efficiency for every shape and pass.
+  EXPECT_DOUBLE_EQ(m.gemm_rate(64, Pass::forward), m.peak_flops * 0.6);
+  EXPECT_DOUBLE_EQ(m.attention_rate(128, 32, Pass::backward), m.peak_flops * 0.4);
+  m.gemm_by_rows = {.rows = {64, 256, 1024}, .forward = {0.8, 0.8, 0.5}, .backward = {0.4, 0.5, 0.5}};
+  EXPECT_DOUBLE_EQ(m.gemm_rate(256, Pass::forward), m.peak_flops * 0.8);
+  EXPECT_DOUBLE_EQ(m.gemm_rate(512, Pass::forward), m.peak_flops * 0.65);  // halfway in log
+  EXPECT_DOUBLE_EQ(m.gemm_rate(128, Pass::backward), m.peak_flops * 0.45);
+  EXPECT_DOUBLE_EQ(m.gemm_rate(8, Pass::backward), m.peak_flops * 0.4);     // held flat
+  EXPECT_DOUBLE_EQ(m.gemm_rate(1e6, Pass::forward), m.peak_flops * 0.5);
+  m.attention_by_shape = {.seq = {128, 512}, .head_dim = {32, 128},
+                          .forward = {0.1, 0.2, 0.3, 0.4}, .backward = {0.2, 0.2, 0.2, 0.2}};
+  EXPECT_DOUBLE_EQ(m.attention_rate(512, 32, Pass::forward), m.peak_flops * 0.3);
+  EXPECT_NEAR(m.attention_rate(256, 64, Pass::forward), m.peak_flops * 0.25, 1e3);  // the middle
+  EXPECT_DOUBLE_EQ(m.attention_rate(2048, 256, Pass::forward), m.peak_flops * 0.4);
+  EXPECT_DOUBLE_EQ(m.attention_rate(100, 64, Pass::backward), m.peak_flops * 0.2);
+  // Written and read back alike.
+  const Machine back = load_machine(write_temp("shapes.toml", machine_toml(m)));
+  EXPECT_EQ(back.gemm_by_rows.rows, m.gemm_by_rows.rows);
+  EXPECT_EQ(back.gemm_by_rows.backward, m.gemm_by_rows.backward);
+  EXPECT_EQ(back.attention_by_shape.head_dim, m.attention_by_shape.head_dim);
+  EXPECT_EQ(back.attention_by_shape.forward, m.attention_by_shape.forward);
+  EXPECT_NEAR(back.attention_rate(256, 64, Pass::forward), m.attention_rate(256, 64, Pass::forward),
+              1e3);
+}
+
 TEST(Machine, BadFilesNameTheKey) {
   const auto error_of = [](const std::string& text) {
     try {
@@ -82,6 +110,22 @@ TEST(Machine, BadFilesNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of(base + "[inter.p2p]\npoints = [[8, 1e-6], [4, 2e-6]]\n")
                 .find("inter.p2p.points: expected [bus bytes, seconds] pairs"),
+            std::string::npos);
+  EXPECT_NE(error_of(ok + "[gemm]\nrows = [256, 64]\nforward_efficiency = [0.5, 0.5]\n"
+                          "backward_efficiency = [0.5, 0.5]\n")
+                .find("gemm.rows: expected values increasing"),
+            std::string::npos);
+  EXPECT_NE(error_of(ok + "[gemm]\nrows = [64, 256]\nforward_efficiency = [0.5]\n"
+                          "backward_efficiency = [0.5, 0.5]\n")
+                .find("gemm.forward_efficiency: 1 values for the 2 of gemm.rows"),
+            std::string::npos);
+  EXPECT_NE(error_of(ok + "[attention]\nseq = [128, 512]\nhead_dim = [64]\n"
+                          "forward_efficiency = [[0.1], [0.2]]\nbackward_efficiency = [[0.1, 0.2]]\n")
+                .find("attention.backward_efficiency: expected 2 arrays of 1 positive numbers"),
+            std::string::npos);
+  EXPECT_NE(error_of(ok + "[attention]\nseq = [128]\nhead_dim = [64]\n"
+                          "forward_efficiency = [[-1]]\nbackward_efficiency = [[0.1]]\n")
+                .find("attention.forward_efficiency: expected 1 arrays of 1 positive numbers"),
             std::string::npos);
   // A level the file has no numbers for is refused when a layout needs it.
   const Machine m = load_machine(write_temp("ok.toml", ok));

@@ -124,6 +124,63 @@ TEST(PlanSearch, StepTimeIsTheSumOfItsTerms) {
   }
 }
 
+// The compute and elementwise terms count each pass at its own rate and each kernel where it
+// runs (docs/plan.md "The step-time model"), checked by hand on a small model of one stage.
+TEST(PlanTime, PassesAtTheirRatesAndElementwiseWhereTheKernelsRun) {
+  PlanRequest r;
+  r.model = load("gpt2-124m");
+  r.nodes = 1;
+  r.set_gpu(*find_gpu("a100-40gb"), 8);
+  r.target.device = PlanDevice::gpu;
+  r.target.precision = Precision::bf16;
+  r.target.global_batch = 8;
+  const auto plan = [&](int64_t tp, bool sp, Recompute recompute) {
+    const Layout l{.tp = tp, .pp = 1, .dp = 1, .micro_batch = 8 / 1, .virtual_stages = 1,
+                   .stage_layers = {}, .sequence_parallel = sp, .recompute = recompute,
+                   .zero1 = false};
+    return evaluate_layout(r, l);
+  };
+  const ModelConfig& m = r.model;
+  const double s = static_cast<double>(m.context), h = static_cast<double>(m.d_model);
+  const double tokens = 8 * s, layers = static_cast<double>(m.layers);
+  const double value = tokens * h * 2 / r.machine.memory_bandwidth;  // one b s h of bf16
+  const double f_share = static_cast<double>(m.ffn_dim()) / h;
+  const double head = tokens * 5 * 4 * static_cast<double>(m.padded_vocab(1)) /
+                      r.machine.memory_bandwidth;
+  // One rank: 22 + 5 f/h values a layer, the head's cross-entropy.
+  EXPECT_NEAR(plan(1, false, Recompute::none).elementwise_s,
+              layers * (22 + 5 * f_share) * value + head, 1e-12);
+  // tp 2: the norm regions whole on each rank, the GELU halved.
+  const PlanCandidate tp2 = plan(2, false, Recompute::none);
+  const double head2 = tokens * 5 * 4 * static_cast<double>(m.padded_vocab(2)) / 2 /
+                       r.machine.memory_bandwidth;
+  EXPECT_NEAR(tp2.elementwise_s, layers * (22 + 5 * f_share / 2) * value + head2, 1e-12);
+  // Sequence parallelism: the norm regions halved, and a copy of b s h (2 values) at each of a
+  // layer's 8 collectives and the embedding's and the head's 2 each.
+  EXPECT_NEAR(plan(2, true, Recompute::none).elementwise_s,
+              layers * (11 + 5 * f_share / 2 + 16) * value + head2 + 8 * value, 1e-12);
+  // Without measured shapes both passes run at one rate: full recompute is a third of the
+  // layers' compute and their forward elementwise values.
+  const PlanCandidate none = plan(1, false, Recompute::none);
+  const PlanCandidate full = plan(1, false, Recompute::full);
+  const double head_gemm = 6 * tokens * h * static_cast<double>(m.padded_vocab(1)) /
+                           r.machine.gemm_rate(tokens, Pass::forward);
+  EXPECT_NEAR(full.recompute_s,
+              (none.compute_s - head_gemm) / 3 + layers * (10 + 2 * f_share) * value, 1e-9);
+  // A measured machine whose forward GEMMs run twice as fast as its backward ones: the same
+  // FLOPs take 1/3 / 2 + 2/3 of the time at the backward rate, and the recompute half of it.
+  Machine fast_forward = r.machine;
+  fast_forward.gemm_by_rows = {.rows = {1}, .forward = {0.6}, .backward = {0.3}};
+  fast_forward.attention_by_shape = {.seq = {1}, .head_dim = {1}, .forward = {0.4}, .backward = {0.4}};
+  r.set_machine(fast_forward);
+  const PlanCandidate measured = plan(1, false, Recompute::full);
+  const double attention = 6 * 8 * s * s * h * layers / (r.machine.peak_flops * 0.4);
+  const double gemm_at_backward_rate = (none.compute_s - attention) * 2;  // none ran at 0.6
+  EXPECT_NEAR(measured.compute_s - attention, gemm_at_backward_rate * (1.0 / 6 + 2.0 / 3), 1e-9);
+  EXPECT_NEAR(measured.recompute_s - layers * (10 + 2 * f_share) * value,
+              (gemm_at_backward_rate - head_gemm * 2) / 6 + attention / 3, 1e-9);
+}
+
 TEST(PlanSearch, EqualStepTimesAreOrderedByMemoryThenLayout) {
   PlanCandidate a, b;
   a.step_time_s = b.step_time_s = 10;

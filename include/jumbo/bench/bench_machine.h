@@ -16,9 +16,14 @@
 namespace jumbo {
 
 struct ComputeRates {
-  double peak_flops = 0;        // the FMA loop (runtime/peak.h) on this rank's threads
-  double gemm_flops = 0;        // linear_fwd + linear_bwd at a training shape
-  double attention_flops = 0;   // attention_fwd + _bwd, FLOPs as model/flops.h counts them
+  double peak_flops = 0;  // the FMA loop (runtime/peak.h) on this rank's threads
+  // linear_fwd and linear_bwd (FLOP/s) at each row count of gemm_rows, of a training layer's
+  // width (CPU: 512 -> 2048 in f32; GPU: 4096 -> 16384 in bf16).
+  std::vector<double> gemm_rows, gemm_forward_flops, gemm_backward_flops;
+  // attention_fwd and _bwd at each sequence length x head size (attention_seq-major), FLOPs
+  // as model/flops.h counts them.
+  std::vector<double> attention_seq, attention_head_dim;
+  std::vector<double> attention_forward_flops, attention_backward_flops;
   double memory_bandwidth = 0;  // bytes/s of a streaming add of three 64 MiB arrays
 };
 // This rank's rates, measured for about `seconds` in all.

@@ -57,6 +57,31 @@ std::string cost_name(Collective c, CommPath path);
 enum class NetLevel { intra, inter };
 const char* to_string(NetLevel l);
 
+// A training step's two passes: a GEMM's or the attention core's forward (a third of its
+// FLOPs) and backward (two thirds: the inputs' and the weights' gradients).
+enum class Pass { forward, backward };
+
+// GEMM efficiency (share of peak) by the GEMM's rows, a microbatch's tokens, forward and
+// backward apart, as measured (jumbo bench comm --write-machine): a CPU's small GEMMs run a
+// different kernel forward than backward, and every machine's efficiency falls with rows.
+// Interpolated linearly in log(rows), held flat beyond the ends.
+struct GemmCurve {
+  std::vector<double> rows, forward, backward;  // rows increasing; one efficiency per row count
+  bool empty() const { return rows.empty(); }
+  double efficiency(double at_rows, Pass pass) const;
+};
+
+// The attention core's efficiency by sequence length and head size, forward and backward
+// apart, as measured: its FLOPs grow with s^2 d, its gathers and softmax with s, so short
+// sequences and small heads run well below long ones. Bilinear in log(seq) and log(head size),
+// held flat beyond the ends.
+struct AttentionTable {
+  std::vector<double> seq, head_dim;      // increasing
+  std::vector<double> forward, backward;  // [i * head_dim.size() + j] for seq[i], head_dim[j]
+  bool empty() const { return seq.empty(); }
+  double efficiency(double at_seq, double at_head_dim, Pass pass) const;
+};
+
 struct Machine {
   std::string name;    // "p4d.24xlarge", "host1,host2 (tc 1 Gbit/s)"
   std::string source;  // where the numbers come from (data sheets, the commands that measured)
@@ -67,6 +92,13 @@ struct Machine {
   // its FLOPs counted as the model's (causal at half, model/flops.h): flash attention on a
   // GPU, the reference kernel on a CPU, both well below the GEMMs'.
   double attention_efficiency = 0.4;
+  // Measured by shape (empty: gemm_efficiency, attention_efficiency at any shape and pass).
+  GemmCurve gemm_by_rows;
+  AttentionTable attention_by_shape;
+  // FLOP/s per rank of a pass of GEMMs with `rows` rows, and of the attention core over
+  // sequences of `seq` tokens with heads of `head_dim`.
+  double gemm_rate(double rows, Pass pass) const;
+  double attention_rate(double seq, double head_dim, Pass pass) const;
   double memory_bytes = 0;       // per rank
   double memory_bandwidth = 0;   // bytes/s per rank: the optimizer step reads and writes it
   // The share of a collective's time that can hide behind computation running at the same
