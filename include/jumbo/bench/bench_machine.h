@@ -29,8 +29,8 @@ struct ComputeRates {
 // This rank's rates, measured for about `seconds` in all.
 ComputeRates measure_compute(Backend& backend, double seconds);
 
-// The description: rates averaged over the world's ranks, ranks per host and memory per
-// rank from rank 0's host, collective points from `rows` (bench_comm's, whose one_host says
+// The description: the peak averaged over the world's ranks, every other rate the slowest
+// rank's (a step waits for it), ranks per host and memory per rank from rank 0's host, collective points from `rows` (bench_comm's, whose one_host says
 // the level). Collective: every rank calls it; rank 0's result is the one to write.
 Machine measure_machine(const std::vector<CommBenchRow>& rows, Backend& backend, Comm& world,
                         const std::string& command);
