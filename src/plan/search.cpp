@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "jumbo/model/flops.h"
+#include "jumbo/parallel/pipeline_schedule.h"
 #include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
@@ -126,7 +127,7 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   // layers, an approximation of these FLOPs).
   const std::vector<int64_t> per_stage = stage_layer_range(m, l, 0).per_stage;
   int64_t slowest = 0;
-  double slowest_work = -1;
+  double slowest_work = -1, slowest_forward = 0;
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const double layers = static_cast<double>(per_stage[static_cast<size_t>(stage)]);
     const bool head = stage == l.pp - 1;
@@ -146,6 +147,9 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
     if (work > slowest_work) {
       slowest_work = work;
       slowest = stage;
+      slowest_forward = (layers * (layer_forward + layer_forward_elementwise) +
+                         (head ? head_flops / 3 / gemm_forward : 0)) /
+                        ranks_per_stage;
       c.compute_s = compute / ranks_per_stage;
       c.elementwise_s = elementwise / ranks_per_stage;
       c.recompute_s = recompute / ranks_per_stage;
@@ -170,6 +174,7 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   // b s h activations forward and two backward, two more when the forward is recomputed,
   // plus two per microbatch for the embedding and the head; counted on the slowest stage's
   // layers. On the critical path.
+  double tp_forward_s = 0;
   if (l.tp > 1) {
     const double act = dtype * static_cast<double>(l.micro_batch * seq * m.d_model);
     // With sequence parallelism each all-reduce's place holds an all-gather and a
@@ -179,17 +184,33 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
                                  mc.seconds(tp_level, Collective::reduce_scatter, act, l.tp)
                            : mc.seconds(tp_level, Collective::all_reduce, act, l.tp);
     const double per_layer = l.recompute == Recompute::full ? 6 : 4;
-    c.tp_comm_s = micro_d * (static_cast<double>(slowest_layers) * per_layer + 2) * one;
+    const double layers = static_cast<double>(slowest_layers);
+    c.tp_comm_s = micro_d * (layers * per_layer + 2) * one;
+    tp_forward_s = micro_d * (layers * 2 + 1) * one;
   }
-  // Pipeline: each microbatch's activations go to the next stage and their gradients come
-  // back, once per model chunk (interleaving sends v times as often), on the critical path.
+  // Pipeline (parallel/pipeline_schedule.h): the bubble at the schedule's closed form, and
+  // the transfers between stages (each microbatch's activations forward and their gradients
+  // back, once per chunk) as far as the schedule cannot hide them: the step simulated with
+  // them (simulate_pipeline), each microbatch's forward and backward at the slowest stage's
+  // pace, less the step without them. A transfer starts once its receive is posted, which
+  // PipelineRunner does one op ahead. Between CPU hosts it also waits for its sender to be
+  // between ops: Open MPI over TCP moves a large send only inside the sender's MPI calls.
+  // Within a host its shared memory lets the receiver copy the data itself, and NCCL moves
+  // it on the GPU while the host computes.
+  const double busy = c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s;
+  c.bubble_s = busy * c.bubble;
   if (l.pp > 1) {
     const double act = dtype * static_cast<double>(l.micro_batch * seq * m.d_model) /
                        static_cast<double>(l.sequence_parallel_active() ? l.tp : 1);
-    c.pp_comm_s = micro_d * v * 2 * mc.seconds(pp_level, Collective::p2p, act, 2);
+    const PipeTransfer transfer{.seconds = mc.seconds(pp_level, Collective::p2p, act, 2),
+                                .needs_sender_progress =
+                                    mc.device == Device::cpu && pp_level == NetLevel::inter};
+    const double t_forward = (slowest_forward + tp_forward_s) / micro_d;
+    const Timeline step = simulate_pipeline(static_cast<int>(l.pp), static_cast<int>(micro),
+                                            static_cast<int>(l.virtual_stages), t_forward,
+                                            busy / micro_d - t_forward, transfer);
+    c.pp_comm_s = std::max(0.0, step.makespan - busy - c.bubble_s);
   }
-  c.bubble_s =
-      (c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s + c.pp_comm_s) * c.bubble;
 
   // Data parallelism (train/grad_sync.cpp): the f32 main grads of the trained parameters in
   // buckets of layout.bucket_size, each reduce-scattered (ZeRO-1) or all-reduced once the

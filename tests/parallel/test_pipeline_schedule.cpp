@@ -301,6 +301,57 @@ TEST(PipelineTimeline, InterleavingShrinksTheBubbleToPMinusOneOverVMPlusPMinusOn
   EXPECT_NEAR(simulate_pipeline(4, 8, 3, 1.0, 2.0).bubble_fraction, 3.0 / 27.0, 1e-12);
 }
 
+// Transfers between ranks, worked by hand (t_f = 1, t_b = 2, d = 0.1). One microbatch on
+// two ranks crosses twice: 6 + 2d either way. Three: rank 1 posts each receive after its
+// previous op, so every transfer waits for it, 12 + 4d; when transfers also need their sender
+// between ops, rank 0's first activation leaves only after its second forward (rank 0 starts
+// it at once), one forward later: 13 + 4d.
+TEST(PipelineTimeline, TransfersDelayTheOpsThatWaitForThem) {
+  const double d = 0.1;
+  const PipeTransfer posted{.seconds = d, .needs_sender_progress = false};
+  const PipeTransfer sender{.seconds = d, .needs_sender_progress = true};
+  EXPECT_NEAR(simulate_pipeline(2, 1, 1, 1.0, 2.0, posted).makespan, 6 + 2 * d, 1e-12);
+  EXPECT_NEAR(simulate_pipeline(2, 1, 1, 1.0, 2.0, sender).makespan, 6 + 2 * d, 1e-12);
+  EXPECT_NEAR(simulate_pipeline(2, 3, 1, 1.0, 2.0, posted).makespan, 12 + 4 * d, 1e-12);
+  const Timeline tl = simulate_pipeline(2, 3, 1, 1.0, 2.0, sender);
+  EXPECT_NEAR(tl.makespan, 13 + 4 * d, 1e-12);
+  EXPECT_NEAR(tl.busy[1][0].start, 2 + d, 1e-12);  // rank 1's first forward
+  EXPECT_THROW(simulate_pipeline(2, 1, 1, 1.0, 2.0, {.seconds = -1}), std::invalid_argument);
+}
+
+// Over every layout, in both modes: no deadlock, an op that waits for another rank's output
+// starts at least a transfer after it, and each constraint only lengthens the step (no
+// transfers <= transfers once posted <= transfers that also need their sender).
+TEST(PipelineTimeline, TransfersRespectDependenciesAndOnlyLengthenTheStep) {
+  const double d = 0.3;
+  for (const Layout& l : layouts()) {
+    const Timeline free = simulate_pipeline(l.p, l.m, l.v, 1.0, 2.0);
+    double previous = free.makespan;
+    for (bool needs_sender : {false, true}) {
+      Timeline tl;
+      ASSERT_NO_THROW(tl = simulate_pipeline(l.p, l.m, l.v, 1.0, 2.0,
+                                             {.seconds = d, .needs_sender_progress = needs_sender}))
+          << name(l);
+      std::map<std::tuple<int, int, int>, double> end;  // kind, virtual stage, microbatch
+      for (int r = 0; r < l.p; ++r)
+        for (const PipeInterval& iv : tl.busy[r])
+          end[{iv.op.kind, virtual_stage(r, iv.op.chunk, l.p), iv.op.microbatch}] = iv.end;
+      for (int r = 0; r < l.p; ++r)
+        for (const PipeInterval& iv : tl.busy[r]) {
+          const int s = virtual_stage(r, iv.op.chunk, l.p);
+          const int from = iv.op.kind == PipeOp::forward ? s - 1 : s + 1;
+          if (from < 0 || from >= l.p * l.v || owner_of(from, l.p) == r) continue;
+          EXPECT_GE(iv.start + 1e-12, end.at({iv.op.kind, from, iv.op.microbatch}) + d) << name(l);
+        }
+      EXPECT_GE(tl.makespan + 1e-12, previous) << name(l) << " sender " << needs_sender;
+      if (l.p > 1) {
+        EXPECT_GT(tl.makespan, free.makespan) << name(l);
+      }
+      previous = tl.makespan;
+    }
+  }
+}
+
 TEST(PipelineTimeline, RendersOneLinePerRankWithLabelledOps) {
   // p = 4, m = 8, t_f = 1, t_b = 2: 33 time units at 3 columns each.
   const Timeline tl = simulate_pipeline(4, 8, 1, 1.0, 2.0);

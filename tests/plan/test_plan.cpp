@@ -114,8 +114,8 @@ TEST(PlanSearch, StepTimeIsTheSumOfItsTerms) {
   for (const PlanCandidate& c : search_layouts(r)) {
     EXPECT_DOUBLE_EQ(c.step_time_s, c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s +
                                         c.pp_comm_s + c.bubble_s + c.dp_comm_s + c.optimizer_s);
-    EXPECT_DOUBLE_EQ(c.bubble_s, (c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s +
-                                  c.pp_comm_s) * c.bubble);
+    EXPECT_DOUBLE_EQ(c.bubble_s,
+                     (c.compute_s + c.elementwise_s + c.recompute_s + c.tp_comm_s) * c.bubble);
     EXPECT_LE(c.dp_comm_s, c.dp_total_s);  // what hides behind the backward is not counted
     EXPECT_EQ(c.recompute_s > 0, c.layout.recompute != Recompute::none);
     EXPECT_EQ(c.tp_comm_s > 0, c.layout.tp > 1);
@@ -179,6 +179,49 @@ TEST(PlanTime, PassesAtTheirRatesAndElementwiseWhereTheKernelsRun) {
   EXPECT_NEAR(measured.compute_s - attention, gemm_at_backward_rate * (1.0 / 6 + 2.0 / 3), 1e-9);
   EXPECT_NEAR(measured.recompute_s - layers * (10 + 2 * f_share) * value,
               (gemm_at_backward_rate - head_gemm * 2) / 6 + attention / 3, 1e-9);
+}
+
+// The pipeline's transfers count as far as the schedule exposes them (parallel/
+// pipeline_schedule.h's simulate_pipeline). One microbatch on two stages waits for both of
+// its transfers; more microbatches hide some, not all (each receive is posted one op ahead,
+// so a transfer often starts only when its data is wanted), and fewer between CPU hosts,
+// where a transfer also needs its sender between ops (MPI over TCP).
+TEST(PlanTime, PipelineTransfersAsTheScheduleExposesThem) {
+  PlanRequest r;
+  r.model = load("gpt2-124m");
+  r.nodes = 1;
+  r.set_gpu(*find_gpu("a100-40gb"), 8);
+  r.target.device = PlanDevice::gpu;
+  r.target.precision = Precision::bf16;
+  const auto plan = [&](int64_t global_batch, int64_t v) {
+    r.target.global_batch = global_batch;
+    const Layout l{.tp = 1, .pp = 2, .dp = 1, .micro_batch = 1, .virtual_stages = v,
+                   .stage_layers = {}, .sequence_parallel = false, .recompute = Recompute::none,
+                   .zero1 = false};
+    return evaluate_layout(r, l).pp_comm_s;
+  };
+  const double act = 2.0 * static_cast<double>(r.model.context * r.model.d_model);  // bf16
+  const double hop = r.machine.seconds(NetLevel::intra, Collective::p2p, act, 2);
+  ASSERT_GT(hop, 0);
+  EXPECT_NEAR(plan(1, 1), 2 * hop, 1e-12);
+  // The same link within a host and between hosts, on GPUs and on CPUs.
+  Machine same_links = r.machine;
+  same_links.inter = same_links.intra;
+  const auto on = [&](Device device, int64_t ranks_per_host, int64_t v) {
+    Machine m = same_links;
+    m.device = device;
+    m.ranks_per_host = ranks_per_host;
+    r.set_machine(m);
+    return plan(8, v);
+  };
+  for (int64_t v : {1, 2}) {
+    const double gpu = on(Device::cuda, 1, v);
+    EXPECT_GT(gpu, 2 * hop) << "v " << v;
+    EXPECT_LT(gpu, 8 * v * 2 * hop) << "v " << v;
+    EXPECT_DOUBLE_EQ(on(Device::cuda, 2, v), gpu);
+    EXPECT_DOUBLE_EQ(on(Device::cpu, 2, v), gpu);  // one host's shared memory
+    EXPECT_GT(on(Device::cpu, 1, v), gpu) << "v " << v;  // TCP between hosts
+  }
 }
 
 TEST(PlanSearch, EqualStepTimesAreOrderedByMemoryThenLayout) {

@@ -78,17 +78,29 @@ struct Timeline {
   double bubble_fraction = 0;                 // 1 - busy time / (p * makespan)
 };
 
+// A transfer between two ranks' stages: one microbatch's activations or their gradients.
+// It starts once its send is issued (the sender's op ended) and its receive is posted (the
+// receiver's previous op ended: PipelineRunner posts each op's receive after the op before
+// it) and arrives `seconds` later. With needs_sender_progress it also waits for the sender to
+// be between ops: MPI on CPUs moves a rendezvous send only inside the sender's calls, which
+// PipelineRunner makes between its ops; NCCL's run on the GPU while the host computes.
+struct PipeTransfer {
+  double seconds = 0;
+  bool needs_sender_progress = false;
+};
+
 // Runs every rank's pipeline_schedule with its data dependencies: a forward of virtual stage
-// s for microbatch k starts after the forward of s - 1 for k ends; a backward of s for k
-// after the backward of s + 1 for k and the forward of s for k. Each rank runs its ops in
-// schedule order, one at a time, as early as they can start; communication is free; an op
-// of one chunk costs t / v. Throws std::logic_error naming the stuck ranks and the ops they
-// wait on if no rank can proceed (a deadlock of the real non-blocking send/recv trainer).
+// s for microbatch k starts after the forward of s - 1 for k has ended and its output arrived;
+// a backward of s for k after the backward of s + 1 for k (and its gradient's arrival) and
+// the forward of s for k. Each rank runs its ops in schedule order, one at a time, as early
+// as they can start; an op of one chunk costs t / v; transfers cost `transfer` (free by
+// default). Throws std::logic_error naming the stuck ranks and the ops they wait on if no
+// rank can proceed (a deadlock of the real non-blocking send/recv trainer).
 Timeline simulate_pipeline(int stages, int microbatches, int virtual_stages, double t_forward,
-                           double t_backward);
+                           double t_backward, PipeTransfer transfer = {});
 // The same for explicitly given per-rank orders (ops[r] for rank r), e.g. a trainer's own.
 Timeline simulate_pipeline(const std::vector<std::vector<PipeOp>>& ops, int virtual_stages,
-                           double t_forward, double t_backward);
+                           double t_forward, double t_backward, PipeTransfer transfer = {});
 
 // Closed form of the simulated bubble (docs/pipeline.md derives it):
 // (p - 1) / (v m + p - 1); v == 1 is 1F1B's (p - 1) / (m + p - 1).

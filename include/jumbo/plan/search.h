@@ -54,8 +54,8 @@ struct PlanCandidate {
   double elementwise_s = 0;  // norms, GELU, adds, cross-entropy at its memory bandwidth
   double recompute_s = 0;  // the forward run again (full) or the attention core (selective)
   double tp_comm_s = 0;    // tensor-parallel collectives, on the critical path
-  double pp_comm_s = 0;    // activations and their gradients between stages
-  double bubble_s = 0;     // (compute + elementwise + recompute + tp + pp) x bubble
+  double pp_comm_s = 0;    // the stages' transfers the schedule cannot hide (simulated)
+  double bubble_s = 0;     // (compute + elementwise + recompute + tp) x bubble
   double dp_comm_s = 0;    // the part of the dp reduce-scatter / all-gather not overlapped
   double dp_total_s = 0;   // the whole dp communication (printed next to what is exposed)
   double optimizer_s = 0;  // AdamW over the rank's parameters (its shard under ZeRO-1)
