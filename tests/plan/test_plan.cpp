@@ -28,6 +28,17 @@ PlanRequest jumbo_on(int64_t nodes, const char* gpu = "a100-40gb") {
   return r;
 }
 
+// GPT-2 124M on one 8-GPU node in bf16: a small model for the time terms worked by hand.
+PlanRequest gpt2_on_one_node() {
+  PlanRequest r;
+  r.model = load("gpt2-124m");
+  r.nodes = 1;
+  r.set_gpu(*find_gpu("a100-40gb"), 8);
+  r.target.device = PlanDevice::gpu;
+  r.target.precision = Precision::bf16;
+  return r;
+}
+
 TEST(PlanMemory, GpuWeightsGradsAndAdamAre18BytesPerParameterOr6Plus12OverDp) {
   const ModelConfig m = load("j1-large");
   PlanTarget t;
@@ -127,12 +138,7 @@ TEST(PlanSearch, StepTimeIsTheSumOfItsTerms) {
 // The compute and elementwise terms count each pass at its own rate and each kernel where it
 // runs (docs/plan.md "The step-time model"), checked by hand on a small model of one stage.
 TEST(PlanTime, PassesAtTheirRatesAndElementwiseWhereTheKernelsRun) {
-  PlanRequest r;
-  r.model = load("gpt2-124m");
-  r.nodes = 1;
-  r.set_gpu(*find_gpu("a100-40gb"), 8);
-  r.target.device = PlanDevice::gpu;
-  r.target.precision = Precision::bf16;
+  PlanRequest r = gpt2_on_one_node();
   r.target.global_batch = 8;
   const auto plan = [&](int64_t tp, bool sp, Recompute recompute) {
     const Layout l{.tp = tp, .pp = 1, .dp = 1, .micro_batch = 8 / 1, .virtual_stages = 1,
@@ -187,12 +193,7 @@ TEST(PlanTime, PassesAtTheirRatesAndElementwiseWhereTheKernelsRun) {
 // so a transfer often starts only when its data is wanted), and fewer between CPU hosts,
 // where a transfer also needs its sender between ops (MPI over TCP).
 TEST(PlanTime, PipelineTransfersAsTheScheduleExposesThem) {
-  PlanRequest r;
-  r.model = load("gpt2-124m");
-  r.nodes = 1;
-  r.set_gpu(*find_gpu("a100-40gb"), 8);
-  r.target.device = PlanDevice::gpu;
-  r.target.precision = Precision::bf16;
+  PlanRequest r = gpt2_on_one_node();
   const auto plan = [&](int64_t global_batch, int64_t v) {
     r.target.global_batch = global_batch;
     const Layout l{.tp = 1, .pp = 2, .dp = 1, .micro_batch = 1, .virtual_stages = v,
