@@ -20,36 +20,20 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Repeats `op` (doing `work` units each) for about `seconds`: units per second.
-template <typename Op>
-double rate_of(Backend& backend, double work, double seconds, Op op) {
+// Repeats `op` (doing `work` units each) for about `seconds`: units per second of `op`'s own
+// time. `untimed` runs before each, off the clock: a cache flush (writing a buffer larger than
+// the last-level cache) for the GEMMs, which in a training step mostly find their operands
+// out of cache (each layer has its own weights and activations, and a backward reads what
+// its forward wrote long before).
+template <typename Op, typename Untimed>
+double rate_of(Backend& backend, double work, double seconds, Op op, Untimed untimed) {
   op();  // warm: pages touched, kernels loaded
-  backend.stream().synchronize();
-  int64_t count = 0;
-  const double t0 = now_s();
-  double elapsed = 0;
-  do {
-    op();
-    backend.stream().synchronize();
-    ++count;
-    elapsed = now_s() - t0;
-  } while (elapsed < seconds);
-  return work * static_cast<double>(count) / elapsed;
-}
-
-// rate_of with the caches cold before every operation: `flush` (writing a buffer larger than
-// the last-level cache) runs untimed between them. A training step's kernels mostly find
-// their operands out of cache: each layer has its own weights and activations, and a
-// backward reads what its forward wrote long before.
-template <typename Flush, typename Op>
-double cold_rate_of(Backend& backend, double work, double seconds, Flush flush, Op op) {
-  op();
   backend.stream().synchronize();
   int64_t count = 0;
   double timed = 0;
   const double start = now_s();
   do {
-    flush();
+    untimed();
     backend.stream().synchronize();
     const double t0 = now_s();
     op();
@@ -58,6 +42,10 @@ double cold_rate_of(Backend& backend, double work, double seconds, Flush flush, 
     ++count;
   } while (now_s() - start < seconds);
   return work * static_cast<double>(count) / timed;
+}
+template <typename Op>
+double rate_of(Backend& backend, double work, double seconds, Op op) {
+  return rate_of(backend, work, seconds, op, [] {});
 }
 
 double host_memory_bytes() {
@@ -103,12 +91,11 @@ ComputeRates measure_compute(Backend& backend, double seconds) {
     const int64_t rows = static_cast<int64_t>(rows_d);
     Tensor xr = x.rows(0, rows), dxr = dx.rows(0, rows), yr = y.rows(0, rows), dyr = dy.rows(0, rows);
     const double fwd_flops = 2.0 * static_cast<double>(rows * in_f * out_f);
-    r.gemm_forward_flops.push_back(cold_rate_of(backend, fwd_flops, per_gemm, flush, [&] {
-      backend.linear_fwd(yr, xr, w, Tensor{});
-    }));
-    r.gemm_backward_flops.push_back(cold_rate_of(backend, 2 * fwd_flops, per_gemm, flush, [&] {
-      backend.linear_bwd(dxr, dw, Tensor{}, dyr, xr, w);
-    }));
+    r.gemm_forward_flops.push_back(rate_of(
+        backend, fwd_flops, per_gemm, [&] { backend.linear_fwd(yr, xr, w, Tensor{}); }, flush));
+    r.gemm_backward_flops.push_back(rate_of(
+        backend, 2 * fwd_flops, per_gemm,
+        [&] { backend.linear_bwd(dxr, dw, Tensor{}, dyr, xr, w); }, flush));
   }
   // Attention at sequence lengths x head sizes around training's, over a fixed number of
   // tokens (CPU 2048 in 2 heads, GPU 16384 in 16), FLOPs as the model counts them: 6 B s^2 C
@@ -172,15 +159,14 @@ Machine measure_machine(const std::vector<CommBenchRow>& rows, Backend& backend,
     return 1.0 / (1.0 / 3.0 / forward + 2.0 / 3.0 / backward);
   };
   m.gemm_by_rows.rows = mine.gemm_rows;
-  double gemm = 0;  // forward and backward at the reference rows (CPU 1024, GPU 8192)
-  const double reference_rows = m.device == Device::cuda ? 8192 : 1024;
   for (size_t i = 0; i < mine.gemm_rows.size(); ++i) {
-    const double forward = slowest(mine.gemm_forward_flops[i]);
-    const double backward = slowest(mine.gemm_backward_flops[i]);
-    m.gemm_by_rows.forward.push_back(forward / m.peak_flops);
-    m.gemm_by_rows.backward.push_back(backward / m.peak_flops);
-    if (mine.gemm_rows[i] == reference_rows) gemm = both(forward, backward);
+    m.gemm_by_rows.forward.push_back(slowest(mine.gemm_forward_flops[i]) / m.peak_flops);
+    m.gemm_by_rows.backward.push_back(slowest(mine.gemm_backward_flops[i]) / m.peak_flops);
   }
+  // The one figure: forward and backward at the reference rows (CPU 1024, GPU 8192).
+  const double reference_rows = m.device == Device::cuda ? 8192 : 1024;
+  const double gemm = both(m.gemm_rate(reference_rows, Pass::forward),
+                           m.gemm_rate(reference_rows, Pass::backward));
   m.gemm_efficiency = gemm / m.peak_flops;
   AttentionTable& a = m.attention_by_shape;
   a.seq = mine.attention_seq;

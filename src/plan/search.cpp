@@ -86,11 +86,14 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double head_dim = static_cast<double>(m.d_model / m.heads);
   const double attention_forward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::forward);
   const double attention_backward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::backward);
+  // A pass's forward is a third of its FLOPs; its backward the rest (backward_share of it).
+  const auto gemm_forward_seconds = [&](double flops) { return flops / 3 / gemm_forward; };
+  const auto attention_forward_seconds = [&](double flops) { return flops / 3 / attention_forward; };
   const auto gemm_seconds = [&](double flops) {
-    return flops / 3 / gemm_forward + backward_share * flops * 2 / 3 / gemm_backward;
+    return gemm_forward_seconds(flops) + backward_share * flops * 2 / 3 / gemm_backward;
   };
   const auto attention_seconds = [&](double flops) {
-    return flops / 3 / attention_forward + backward_share * flops * 2 / 3 / attention_backward;
+    return attention_forward_seconds(flops) + backward_share * flops * 2 / 3 / attention_backward;
   };
   const double batch = static_cast<double>(r.target.global_batch);
   const double h = static_cast<double>(m.d_model), sd = static_cast<double>(seq);
@@ -125,31 +128,34 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   // The pipeline runs at its slowest rank's pace: each rank's layers (all its chunks), the
   // last one's the head too (parallel/stage_plan.h's split counts the head as V / (12 h)
   // layers, an approximation of these FLOPs).
+  const double layer_compute = gemm_seconds(layer_gemm) + attention_seconds(layer_attention);
+  // A layer's forward: its GEMMs' and attention's, its forward elementwise values.
+  const double layer_forward = gemm_forward_seconds(layer_gemm) +
+                               attention_forward_seconds(layer_attention) +
+                               layer_forward_elementwise;
   const std::vector<int64_t> per_stage = stage_layer_range(m, l, 0).per_stage;
   int64_t slowest = 0;
   double slowest_work = -1, slowest_forward = 0;
   for (int64_t stage = 0; stage < l.pp; ++stage) {
     const double layers = static_cast<double>(per_stage[static_cast<size_t>(stage)]);
     const bool head = stage == l.pp - 1;
-    const double layer_compute = gemm_seconds(layer_gemm) + attention_seconds(layer_attention);
-    const double layer_forward = layer_gemm / 3 / gemm_forward + layer_attention / 3 / attention_forward;
     const double compute = layers * layer_compute + (head ? gemm_seconds(head_flops) : 0);
     const double elementwise = layers * layer_elementwise + (head ? head_elementwise : 0) +
                                (stage == 0 ? edge_copies : 0) + (head ? edge_copies : 0);
-    // Full recomputation runs each layer's forward once more (its GEMMs' and attention's
-    // forward, its forward elementwise values); selective, the attention core's forward.
+    // Full recomputation runs each layer's forward once more; selective, the attention
+    // core's forward.
     const double recompute =
-        l.recompute == Recompute::full ? layers * (layer_forward + layer_forward_elementwise)
+        l.recompute == Recompute::full ? layers * layer_forward
         : l.recompute == Recompute::selective
-            ? layers * layer_attention / 3 / attention_forward
+            ? layers * attention_forward_seconds(layer_attention)
             : 0;
     const double work = (compute + elementwise + recompute) / ranks_per_stage;
     if (work > slowest_work) {
       slowest_work = work;
       slowest = stage;
-      slowest_forward = (layers * (layer_forward + layer_forward_elementwise) +
-                         (head ? head_flops / 3 / gemm_forward : 0)) /
-                        ranks_per_stage;
+      slowest_forward =
+          (layers * layer_forward + (head ? gemm_forward_seconds(head_flops) : 0)) /
+          ranks_per_stage;
       c.compute_s = compute / ranks_per_stage;
       c.elementwise_s = elementwise / ranks_per_stage;
       c.recompute_s = recompute / ranks_per_stage;
