@@ -14,6 +14,7 @@
 
 #include <sys/statvfs.h>
 
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/obs/metrics.h"
 
 namespace jumbo {
@@ -243,13 +244,21 @@ void Checkpointer::save(const Manifest& header, const std::vector<PieceData>& pi
   pending_error_.clear();
   pending_started_ = t0;
   last_save_ = {};
+  std::vector<TensorPiece> described;
   if (writer) {
-    std::vector<TensorPiece> described;
     for (const PieceData& p : pieces) described.push_back(p.piece);
-    // The snapshot: after this, training may change the state.
-    build_shard_image(pieces,
-                      {{"step", header.progress.step}, {"format_version", kCheckpointFormatVersion}},
-                      *image_);
+    // The snapshot: after this, training may change the state. A failure here is this rank's
+    // part of the save failing: finish_save makes every rank agree on it.
+    try {
+      build_shard_image(pieces,
+                        {{"step", header.progress.step},
+                         {"format_version", kCheckpointFormatVersion}},
+                        *image_);
+    } catch (const std::exception& e) {
+      pending_error_ = fmt::format("{}: {}", file_name, e.what());
+    }
+  }
+  if (writer && pending_error_.empty()) {
     const std::shared_ptr<std::vector<char>> image = image_;
     last_save_.bytes = static_cast<int64_t>(image->size());
     const std::string key = join_dir(dir, file_name);
@@ -314,13 +323,16 @@ void Checkpointer::finish_save() {
     }
     world_.all_reduce_scalar(0.0, ReduceOp::max);
     const bool no_space = error->find(std::strerror(ENOSPC)) != std::string::npos;
-    throw UserError(fmt::format("checkpoint {} not saved, the partial directory {}{}: {}; the "
-                                "previous checkpoint is intact{}",
-                                storage_->url(dir), removed,
-                                world_.rank() == 0 ? "" : " by rank 0", *error,
-                                no_space ? fmt::format(" (checkpoint.dir = {} is full: free "
-                                                       "space, then resume)", cfg_.dir)
-                                         : ""));
+    // Every rank throws it here: rank 0 says it (it removed the directory), the others
+    // unwind quietly; no rank aborts the job while a peer's weight gather is still running.
+    throw AgreedError(fmt::format("checkpoint {} not saved, the partial directory {}{}: {}; the "
+                                  "previous checkpoint is intact{}",
+                                  storage_->url(dir), removed,
+                                  world_.rank() == 0 ? "" : " by rank 0", *error,
+                                  no_space ? fmt::format(" (checkpoint.dir = {} is full: free "
+                                                         "space, then resume)", cfg_.dir)
+                                           : ""),
+                      world_.rank() != 0);
   }
   last_complete_step_ = step;
   const std::vector<char> mine(pending_record_.begin(), pending_record_.end());
@@ -450,20 +462,31 @@ std::optional<std::string> Checkpointer::try_load(Storage& storage, const std::s
 std::optional<Manifest> Checkpointer::load_newest(const std::vector<PieceData>& targets,
                                                   bool reader, int64_t before_step,
                                                   int& complete, std::string& loaded_dir) {
-  std::vector<char> listing;
+  // Rank 0's listing, "1" and one directory a line, or "0" and why it could not list.
+  std::vector<char> listing{'1'};
   if (world_.rank() == 0) {
-    std::vector<int64_t> steps;
-    for (const std::string& name : storage_->list_dirs("")) {
-      const int64_t s = checkpoint_step_of(name);
-      if (s >= 0 && s < before_step) steps.push_back(s);
-    }
-    std::sort(steps.rbegin(), steps.rend());
-    for (int64_t s : steps) {
-      const std::string line = checkpoint_dir_name(s) + "\n";
-      listing.insert(listing.end(), line.begin(), line.end());
+    try {
+      std::vector<int64_t> steps;
+      for (const std::string& name : storage_->list_dirs("")) {
+        const int64_t s = checkpoint_step_of(name);
+        if (s >= 0 && s < before_step) steps.push_back(s);
+      }
+      std::sort(steps.rbegin(), steps.rend());
+      for (int64_t s : steps) {
+        const std::string line = checkpoint_dir_name(s) + "\n";
+        listing.insert(listing.end(), line.begin(), line.end());
+      }
+    } catch (const UserError& e) {
+      const std::string why = e.what();
+      listing.assign(1, '0');
+      listing.insert(listing.end(), why.begin(), why.end());
     }
   }
   world_.broadcast_bytes(listing, 0);
+  if (listing.front() != '1') {  // every rank fails here alike; rank 0 says why
+    throw AgreedError(std::string(listing.begin() + 1, listing.end()), world_.rank() != 0);
+  }
+  listing.erase(listing.begin());
   std::vector<std::string> dirs;
   std::string cur;
   for (char c : listing) {
@@ -528,7 +551,9 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
       storage = other.get();
     }
     if (auto error = try_load(*storage, dir, targets, reader, manifest)) {
-      throw UserError(fmt::format("checkpoint.resume = \"{}\": {}", how, *error));
+      // The same on every rank (try_load's verdict is collective): said once, by rank 0.
+      throw AgreedError(fmt::format("checkpoint.resume = \"{}\": {}", how, *error),
+                        world_.rank() != 0);
     }
     load_s_ = now_s() - t0;
     if (storage == storage_.get()) last_complete_step_ = manifest.progress.step;
@@ -548,12 +573,13 @@ std::optional<Manifest> Checkpointer::resume(const std::vector<PieceData>& targe
                       m->layout.zero1 ? ", ZeRO-1" : "", load_s_));
     return m;
   }
-  if (complete > 0) {
-    throw UserError(fmt::format("checkpoint.resume = \"auto\": none of the {} complete "
+  if (complete > 0) {  // counted from collective verdicts: the same on every rank
+    throw AgreedError(fmt::format("checkpoint.resume = \"auto\": none of the {} complete "
                                 "checkpoints under {} could be loaded (reasons above); not "
                                 "starting from step 0 over them (set checkpoint.resume = \"none\" "
                                 "or another checkpoint.dir to start afresh)",
-                                complete, storage_->url("")));
+                                complete, storage_->url("")),
+                      world_.rank() != 0);
   }
   print(fmt::format("checkpoint: no complete checkpoint under {}; starting from step 0",
                     storage_->url("")));

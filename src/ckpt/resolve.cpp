@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/config/config.h"
 
 namespace jumbo {
@@ -66,7 +67,9 @@ ResolvedCheckpoint open_checkpoint(const std::string& path, const S3Options& s3,
   world.broadcast_bytes(bytes, 0);
   const std::string text(bytes.begin(), bytes.end());
   const size_t first = text.find('\n');
-  if (text.compare(0, first, "ok") != 0) throw UserError(text.substr(first + 1));
+  if (text.compare(0, first, "ok") != 0) {  // rank 0's verdict: every rank fails here, it says why
+    throw AgreedError(text.substr(first + 1), world.rank() != 0);
+  }
   if (world.rank() == 0) return out;
   const size_t second = text.find('\n', first + 1);
   const std::string dir_url = text.substr(first + 1, second - first - 1);

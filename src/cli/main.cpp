@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "verbs.h"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   jumbo::cli::add_serve_verb(app, run);
   int code = 0;
   bool failed = false;  // an exception on this rank: the others may be waiting for it
+  bool agreed = false;  // an exception every rank threw at the same point (AgreedError)
   try {
     app.parse(argc, argv);
     code = run ? run() : 0;
@@ -63,6 +65,12 @@ int main(int argc, char** argv) {
       }
       code = 2;
     }
+  } catch (const jumbo::AgreedError& e) {
+    if (!e.quiet) {
+      std::fprintf(stderr, "jumbo: %serror: %s\n", rank_prefix(world_size).c_str(), e.what());
+    }
+    code = 2;
+    agreed = true;
   } catch (const jumbo::UserError& e) {
     std::fprintf(stderr, "jumbo: %serror: %s\n", rank_prefix(world_size).c_str(), e.what());
     code = 2;
@@ -72,7 +80,14 @@ int main(int argc, char** argv) {
     code = 3;
     failed = true;
   }
-  // A verb's own non-zero result (a graceful stop: 75) is the same on every rank.
+  // A verb's own non-zero result (a graceful stop: 75) is the same on every rank. So is an
+  // AgreedError: every rank has unwound (and so waited for its non-blocking operations), they
+  // meet here (a barrier the watchdog guards, should one rank not have thrown after all) and
+  // leave through MPI_Finalize, none killed while a peer still touches its buffers.
+  if (agreed && world_size > 1) {
+    std::fflush(stderr);
+    jumbo::mpi_world()->barrier();
+  }
   if (failed && world_size > 1) {
     std::fflush(stderr);
     jumbo::mpi_abort(code);  // the other ranks must not wait for this one

@@ -14,6 +14,12 @@
 // in block r of rank r (its other blocks are partial sums afterwards); an all-gather fills
 // every block from block r of rank r; an all-reduce is both. Every rank must submit the same
 // operations in the same order (as for any MPI collective).
+//
+// Lifetime: the worker reads and writes the caller's buffer until wait() returns, and the peers'
+// single-copy transport reads it from their side, so the buffer must outlive the operation on
+// every path, errors included: wait() before it can be freed (GradSync's destructor drains its
+// buckets and gathers), never unwind past it (docs/architecture.md, "One rule for errors that
+// cross ranks"). The destructor still runs what is queued; it cannot know the buffers are gone.
 #include <mpi.h>
 
 #include <condition_variable>

@@ -26,6 +26,26 @@ GradSync::GradSync(ParamStore& params, const ProcessGroups& groups, const StageP
   }
 }
 
+GradSync::~GradSync() { drain(); }
+
+void GradSync::drain() noexcept {
+  // On an error path (an exception unwinding past the stage, a failed save every rank agreed
+  // on): the weight gather started after the last optimizer step, or the bucket reductions of
+  // a backward that did not finish, may still be running on the dp ring's thread, reading
+  // this rank's buffers for a peer and writing the peer's blocks into them. Freeing them
+  // first is a segfault here (a receive into unmapped memory) and EFAULT on the peer (its
+  // single-copy read of ours).
+  for (Bucket& b : buckets_) {
+    try {
+      dp_.wait(b.request);
+      dp_.wait(b.gather);
+    } catch (...) {
+      // Nothing to do on the way out: the watchdog names a peer that hangs.
+    }
+  }
+  gathered_ = buckets_.size();
+}
+
 void GradSync::start_step() {
   for (Bucket& b : buckets_) b.launched = false;
   next_ = buckets_.size();

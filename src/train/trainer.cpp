@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/comm/watchdog.h"
 #include "jumbo/model/flops.h"
 #include "jumbo/obs/memory.h"
@@ -179,9 +180,12 @@ Trainer::StepOutcome Trainer::train_one_step(int64_t step, StepMeter& meter) {
   }
   const int64_t micro_steps = s.batch / (cfg_.parallel.micro_batch * cfg_.parallel.dp);
   if (cfg_.parallel.virtual_stages > 1 && micro_steps % pp != 0) {
-    throw UserError(fmt::format("step {}: {} microbatches (batch ramp-up) is not a multiple "
-                                "of parallel.pp = {}, which interleaving needs",
-                                step, micro_steps, pp));
+    // The batch schedule is every rank's: every rank stops here alike (the last step's weight
+    // gather still running: GradSync's destructor waits for it).
+    throw AgreedError(fmt::format("step {}: {} microbatches (batch ramp-up) is not a multiple "
+                                  "of parallel.pp = {}, which interleaving needs",
+                                  step, micro_steps, pp),
+                      world_->rank() != 0);
   }
   StepRequest request{.microbatches = micro_steps,
                       .loss_tokens = data_->train().loss_tokens(s.first_sample, s.batch),

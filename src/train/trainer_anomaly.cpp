@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/train/trainer.h"
 
 namespace jumbo {
@@ -38,14 +39,16 @@ Trainer::AfterAnomaly Trainer::handle_anomaly(StepOutcome& s, TrainSummary& summ
   if (t.on_anomaly == AnomalyAction::stop) {
     a.recent = 1;
     log_step(m, true);
-    throw UserError(fmt::format(
+    // Every rank holds the same loss and grad norm (all-reduced): every rank stops here alike.
+    throw AgreedError(fmt::format(
         "step {}: {}; stopping before the update (train.on_anomaly = \"stop\"). {}", step,
         seen_text(kind, m.loss, m.grad_norm),
         kind == AnomalyKind::nonfinite
             ? fmt::format("Lower train.lr (now {}) or check the data", t.lr)
             : fmt::format("The running mean was {:.4f}; train.spike_ratio = {}; set "
                           "train.on_anomaly = \"skip\" or \"rewind\" to go on",
-                          verdict.running_mean, t.spike_ratio)));
+                          verdict.running_mean, t.spike_ratio)),
+        world_->rank() != 0);
   }
 
   AfterAnomaly after = AfterAnomaly::go_on;
@@ -76,12 +79,13 @@ Trainer::AfterAnomaly Trainer::handle_anomaly(StepOutcome& s, TrainSummary& summ
   if (anomalies_.over_limit(a.recent)) {
     log_step(m, true);
     if (checkpointer_) checkpointer_->wait();
-    throw UserError(fmt::format(
+    throw AgreedError(fmt::format(
         "step {}: {} anomalies within train.anomaly_window = {} steps, more than "
         "train.max_anomalies = {}: stopping (the last: {}, samples {}-{}); look at the data "
         "there or lower train.lr (now {})",
         step, a.recent, t.anomaly_window, t.max_anomalies, seen_text(kind, m.loss, m.grad_norm),
-        skipped.first_sample, skipped.end_sample - 1, t.lr));
+        skipped.first_sample, skipped.end_sample - 1, t.lr),
+        world_->rank() != 0);
   }
   return after;
 }

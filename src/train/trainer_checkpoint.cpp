@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "jumbo/ckpt/resolve.h"
+#include "jumbo/comm/agreed_error.h"
 #include "jumbo/plan/storage.h"
 #include "jumbo/train/checkpoint_io.h"
 #include "jumbo/runtime/stop_signal.h"
@@ -94,12 +95,11 @@ void Trainer::check_checkpoint_room_at_start() {
   }
   const Checkpointer::Room room = checkpointer_->check_room();
   if (!room.enough) {
-    if (world_->rank() == 0) {
-      throw UserError(fmt::format("{}; not starting (free space there or give a larger "
+    // Rank 0's verdict, broadcast: every rank stops here, rank 0 says why.
+    throw AgreedError(fmt::format("{}; not starting (free space there or give a larger "
                                   "checkpoint.dir; checkpoints already there are untouched)",
-                                  room.line));
-    }
-    world_->barrier();  // rank 0's error ends every rank (cli/main.cpp: mpi_abort)
+                                  room.line),
+                      world_->rank() != 0);
   }
   if (!room.line.empty()) print(room.line);
 }
@@ -107,15 +107,22 @@ void Trainer::check_checkpoint_room_at_start() {
 void Trainer::load_frozen_base(const std::string& path, const std::string& where,
                                const std::string& fingerprint) {
   const ResolvedCheckpoint ckpt = open_checkpoint(path, s3_options(cfg_.checkpoint), *world_);
-  check_manifest_model(ckpt.manifest, cfg_.model, where, cfg_.source);
+  // The manifest is rank 0's, broadcast: these verdicts are the same on every rank.
+  try {
+    check_manifest_model(ckpt.manifest, cfg_.model, where, cfg_.source);
+  } catch (const UserError& e) {
+    throw AgreedError(e.what(), world_->rank() != 0);
+  }
   if (ckpt.manifest.lora.rank > 0) {
-    throw UserError(fmt::format("{}: a LoRA checkpoint (adapters only); a base is a full "
-                                "checkpoint (jumbo ckpt merge makes one)", where));
+    throw AgreedError(fmt::format("{}: a LoRA checkpoint (adapters only); a base is a full "
+                                  "checkpoint (jumbo ckpt merge makes one)", where),
+                      world_->rank() != 0);
   }
   const std::string found = weights_fingerprint(ckpt.manifest);
   if (!fingerprint.empty() && found != fingerprint) {
-    throw UserError(fmt::format("{}: fingerprint {}, but this fine-tune started from {}: the base "
-                                "checkpoint changed", where, found, fingerprint));
+    throw AgreedError(fmt::format("{}: fingerprint {}, but this fine-tune started from {}: the "
+                                  "base checkpoint changed", where, found, fingerprint),
+                      world_->rank() != 0);
   }
   std::string error;  // a shard one rank cannot read fails every rank alike
   try {
@@ -124,7 +131,7 @@ void Trainer::load_frozen_base(const std::string& path, const std::string& where
     error = e.what();
   }
   if (const std::optional<std::string> failed = first_error(*world_, error)) {
-    throw UserError(error.empty() ? *failed : error);
+    throw AgreedError(error.empty() ? *failed : error);  // each rank says why
   }
   init_from_ = {ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step, found};
 }
@@ -143,10 +150,11 @@ void Trainer::init_from_checkpoint() {
   ResolvedCheckpoint ckpt =
       open_checkpoint(cfg_.train.init_from, s3_options(cfg_.checkpoint), *world_);
   if (ckpt.manifest.lora.rank > 0) {  // the same on every rank: the manifest is broadcast
-    throw UserError(fmt::format("{}: a LoRA checkpoint (adapters only); a full fine-tune starts "
-                                "from a full checkpoint (jumbo ckpt merge --adapter {} -o CKPT "
-                                "makes one), or set finetune.method = \"lora\" on its base",
-                                where, cfg_.train.init_from));
+    throw AgreedError(fmt::format("{}: a LoRA checkpoint (adapters only); a full fine-tune "
+                                  "starts from a full checkpoint (jumbo ckpt merge --adapter {} -o "
+                                  "CKPT makes one), or set finetune.method = \"lora\" on its base",
+                                  where, cfg_.train.init_from),
+                      world_->rank() != 0);
   }
   std::string error;
   try {
@@ -165,7 +173,7 @@ void Trainer::init_from_checkpoint() {
     }
   }
   if (const std::optional<std::string> failed = first_error(*world_, error)) {
-    throw UserError(error.empty() ? *failed : error);
+    throw AgreedError(error.empty() ? *failed : error);  // each rank says why
   }
   distribute_loaded_state();
   init_from_ = {ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step,
@@ -203,9 +211,10 @@ bool Trainer::resume_from_checkpoint() {
   if (!m) return false;
   restore_loaded_state(*m);
   if (stage_->model().lora()) {  // the adapters resumed; their base is the one they started on
-    if (m->init_from.from.empty()) {
-      throw UserError(fmt::format("{}: a LoRA run resumed a checkpoint that records no base "
-                                  "(init_from)", cfg_.checkpoint.dir));
+    if (m->init_from.from.empty()) {  // the manifest is rank 0's, broadcast
+      throw AgreedError(fmt::format("{}: a LoRA run resumed a checkpoint that records no base "
+                                    "(init_from)", cfg_.checkpoint.dir),
+                        world_->rank() != 0);
     }
     load_frozen_base(m->init_from.from, "the LoRA checkpoint's base " + m->init_from.from,
                      m->init_from.fingerprint);

@@ -31,6 +31,11 @@ class GradSync {
  public:
   // The buckets and ZeRO-1 of the rank's stage plan (none without data parallelism).
   GradSync(ParamStore& params, const ProcessGroups& groups, const StagePlan& plan);
+  // Drains (below): an error unwinding past the stage must not free the weights and gradients
+  // while a ring still sends from or receives into them.
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
 
   void start_step();
   // Every gradient at flat offset >= flat_begin is final: start the buckets that are.
@@ -47,6 +52,12 @@ class GradSync {
   // Every weight is gathered: before anything else reads the weights (evaluation, a save,
   // the end of a run).
   void wait_for_weights() { weights_needed_until(INT64_MAX); }
+  // Waits for every non-blocking operation this rank started and has not waited for (the
+  // buckets' reductions, the weights' gathers): afterwards no peer touches these buffers
+  // through them. Every rank submitted the same operations in the same order, and each
+  // rank's ring thread completes them whatever its main thread does, so this ends as long as
+  // the peers live (a peer that hangs: the watchdog). Never throws.
+  void drain() noexcept;
 
   bool zero1() const { return zero1_; }
   size_t buckets() const { return buckets_.size(); }
