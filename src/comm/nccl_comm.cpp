@@ -203,11 +203,13 @@ class NcclComm final : public Comm {
     free_.push_back(req.slot);
     req.slot = -1;
   }
-  // Device work queued so far is finished and every rank got here.
+  // Device work queued so far is finished and every rank got here: every stream this
+  // communicator queues on (a send or a gather not yet waited for is on its own stream).
   void barrier() override {
     {
       const BlockingOp watch("barrier (device work)", name_);
-      check_cuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize", name_);
+      for (cudaStream_t s : {compute_, collective_stream_, p2p_stream_})
+        check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize", name_);
     }
     check_async_error();
     bootstrap_->barrier();

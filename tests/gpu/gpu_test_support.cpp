@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string_view>
 
 #include "jumbo/backend/bf16.h"
 
@@ -31,7 +33,48 @@ std::vector<char> encode(DType dtype, const Values& values) {
   return bytes;
 }
 
+// Backend's operations (include/jumbo/backend/backend.h): the kernel names of the GPUCMP lines,
+// as bench_gpu_kernels names its rows.
+constexpr std::string_view kOps[] = {
+    "fill", "copy", "token_embedding_fwd", "token_embedding_bwd", "position_embedding_fwd",
+    "position_embedding_bwd", "layernorm_fwd", "layernorm_bwd", "linear_fwd", "linear_bwd",
+    "linear_gelu_fwd", "attention_fwd", "attention_bwd", "attention_kv_cache", "gelu_fwd",
+    "gelu_bwd", "scale", "add", "dropout", "ce_local_max", "ce_local_sumexp",
+    "ce_target_logit", "ce_loss", "ce_bwd", "fill_columns", "adamw", "sum_squares"};
+
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char ch : s + " ") {
+    if (ch == ' ') {
+      if (!w.empty()) out.push_back(w);
+      w.clear();
+    } else {
+      w += ch;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+void report_error_as(const std::string& kernel, const std::string& dtype, double rel_err,
+                     double tol, const std::string& what) {
+  fmt::print("GPUCMP {} {} {} {:.3g} {}\n", kernel, dtype,
+             std::isfinite(rel_err) ? fmt::format("{:.3g}", rel_err) : "nan", tol, what);
+  std::fflush(stdout);
+}
+
+void report_error(const std::string& what, DType stored, double rel_err, double tol) {
+  std::string kernel = "other", dtype = to_string(stored);
+  bool have_dtype = false;
+  for (const std::string& w : words(what)) {
+    if (kernel == "other" && std::find(std::begin(kOps), std::end(kOps), w) != std::end(kOps))
+      kernel = w;
+    if (!have_dtype && (w == "f32" || w == "bf16" || w == "i32")) dtype = w, have_dtype = true;
+  }
+  report_error_as(kernel, dtype, rel_err, tol, what);
+}
 
 std::string gpu_unavailable_reason() {
   if (!cuda_backend_built()) return "this build has no CUDA backend (-DJUMBO_CUDA=ON)";
@@ -109,13 +152,16 @@ Values DualBench::download(Backend& side, Tensor t) {
   size_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     if (!std::isfinite(want[i])) continue;
-    if (!std::isfinite(got[i]))
+    if (!std::isfinite(got[i])) {
+      report_error(what, p.gpu.dtype, std::numeric_limits<double>::quiet_NaN(), tol);
       return ::testing::AssertionFailure()
              << what << ": element " << i << " is " << got[i] << " on the GPU, " << want[i]
              << " on the CPU";
+    }
     const double d = std::abs(got[i] - want[i]);
     if (d > worst) worst = d, at = i;
   }
+  report_error(what, p.gpu.dtype, scale > 0 ? worst / scale : worst, tol);
   if (worst <= tol * std::max(scale, 1e-30)) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << fmt::format("{}: max |gpu - cpu| = {:.3g} at element {} (gpu {:.6g}, cpu {:.6g}) "

@@ -66,6 +66,16 @@ class DualBench {
   Tensor cpu_stage_, gpu_stage_;
 };
 
+// One line per comparison for benchmarks/gpu/check.sh's table, on stdout:
+//   GPUCMP <kernel> <dtype> <max |gpu - cpu| / max |cpu|> <tolerance> <what>
+// kernel: the first word of `what` that names a Backend operation ("other" if none), so each
+// `what` should name the launcher it checks; dtype: the first of f32, bf16, i32 in `what`,
+// else the compared tensor's. The error is "nan" where the GPU is not finite.
+void report_error(const std::string& what, DType stored, double rel_err, double tol);
+// The same line with the kernel and dtype given (whole-model checks: kernel "train_step").
+void report_error_as(const std::string& kernel, const std::string& dtype, double rel_err,
+                     double tol, const std::string& what);
+
 // Deterministic normal values, scaled; never all zeros.
 Values random_normal(int64_t n, double stddev, uint64_t seed);
 std::vector<int32_t> random_ids(int64_t n, int32_t lo, int32_t hi, uint64_t seed);

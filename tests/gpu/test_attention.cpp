@@ -182,7 +182,7 @@ void check_against_cpu(DType dtype, const Shape& s, uint64_t seed,
   Pair stats = stats_for(bench, s);
   bench.cpu().attention_fwd(out.cpu, stats.cpu, qkv.cpu, pos.cpu);
   bench.gpu().attention_fwd(out.gpu, stats.gpu, qkv.gpu, pos.gpu);
-  EXPECT_TRUE(bench.same(out, tol, "attention out"));
+  EXPECT_TRUE(bench.same(out, tol, "attention_fwd out"));
   if (!positions.empty()) expect_lse_matches_reference(bench, qkv, stats, s, positions);
 
   Pair dout = bench.upload(dtype, {s.b, s.t, c}, random_normal(s.b * s.t * c, 1.0, seed + 1));
@@ -190,7 +190,7 @@ void check_against_cpu(DType dtype, const Shape& s, uint64_t seed,
   Pair dqkv = bench.poisoned(dtype, {s.b, s.t, c3});
   bench.cpu().attention_bwd(dqkv.cpu, dstats.cpu, dout.cpu, qkv.cpu, out.cpu, stats.cpu, pos.cpu);
   bench.gpu().attention_bwd(dqkv.gpu, dstats.gpu, dout.gpu, qkv.gpu, out.gpu, stats.gpu, pos.gpu);
-  EXPECT_TRUE(bench.same(dqkv, tol, "attention dqkv"));
+  EXPECT_TRUE(bench.same(dqkv, tol, "attention_bwd dqkv"));
   const Values cpu = bench.download(bench.cpu(), dqkv.cpu);
   const Values gpu = bench.download(bench.gpu(), dqkv.gpu);
   EXPECT_TRUE(same_slot(cpu, gpu, s, 0, tol, "dq"));

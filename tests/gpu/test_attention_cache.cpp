@@ -84,8 +84,8 @@ void check_against_cpu(DType dtype, const CacheShape& s, uint64_t seed) {
   EXPECT_TRUE(bench.same(out, tolerance_for(dtype), "attention_kv_cache out"));
   // The stores are copies of the stored bits on both sides: exact (stricter than the
   // tolerance), and every untouched position keeps its initial value.
-  EXPECT_TRUE(bench.same(st.k_cache, 0.0, "k_cache"));
-  EXPECT_TRUE(bench.same(st.v_cache, 0.0, "v_cache"));
+  EXPECT_TRUE(bench.same(st.k_cache, 0.0, "attention_kv_cache k_cache"));
+  EXPECT_TRUE(bench.same(st.v_cache, 0.0, "attention_kv_cache v_cache"));
 }
 
 uint64_t seed_for(DType dtype, int64_t d) {

@@ -39,12 +39,13 @@ TEST(GpuFinetuneKernels, PositionEmbeddingByPositionMatchesCpu) {
     const Pair wpe = b.upload(dt, {wpe_rows, c}, random_normal(wpe_rows * c, 1.0, 62));
     b.cpu().position_embedding_fwd(out.cpu, wpe.cpu, pos.cpu);
     b.gpu().position_embedding_fwd(out.gpu, wpe.gpu, pos.gpu);
-    EXPECT_TRUE(b.same(out, tolerance_for(dt), what + " fwd"));
+    const std::string dts = to_string(dt);
+    EXPECT_TRUE(b.same(out, tolerance_for(dt), dts + " position_embedding_fwd by position"));
     const Pair dwpe = b.upload(DType::f32, {wpe_rows, c}, random_normal(wpe_rows * c, 1.0, 63));
     const Pair dout = b.upload(dt, {batch, t, c}, random_normal(batch * t * c, 1.0, 64));
     b.cpu().position_embedding_bwd(dwpe.cpu, dout.cpu, pos.cpu);
     b.gpu().position_embedding_bwd(dwpe.gpu, dout.gpu, pos.gpu);
-    EXPECT_TRUE(b.same(dwpe, kTolF32, what + " bwd"));
+    EXPECT_TRUE(b.same(dwpe, kTolF32, dts + " position_embedding_bwd by position"));
   }
 }
 
@@ -69,7 +70,7 @@ TEST(GpuFinetuneKernels, IgnoredTargetsHaveNoLossAndNoGradient) {
       side->ce_target_logit(pick(tl), pick(logits), pick(t), 0);
       side->ce_loss(pick(loss), pick(mx), pick(se), pick(tl), pick(t));
     }
-    EXPECT_TRUE(b.same(loss, kTolF32, what + " losses"));
+    EXPECT_TRUE(b.same(loss, kTolF32, what + " ce_loss"));
     const Values got = b.download(b.gpu(), loss.gpu);
     for (int64_t i = 0; i < n; i += 3) EXPECT_EQ(got[static_cast<size_t>(i)], 0.0) << "row " << i;
     const Pair dlogits = b.poisoned(dt, {n, v});

@@ -1,5 +1,6 @@
 // CUDA linear layers (cuBLASLt), elementwise kernels, AdamW and the sum of squares against the
 // CPU backend on the same inputs (f32 and bf16), outputs poisoned before every call.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -227,7 +228,7 @@ TEST(GpuGemm, LinearBwdWithoutDinOrDbias) {
       b.cpu().linear_bwd(Tensor{}, dw.cpu, Tensor{}, dout.cpu, in.cpu, w.cpu);
       b.gpu().linear_bwd(Tensor{}, dw.gpu, Tensor{}, dout.gpu, in.gpu, w.gpu);
     }
-    EXPECT_TRUE(b.same(dw, kTolF32, tag(dt, "dweight after two microbatches")));
+    EXPECT_TRUE(b.same(dw, kTolF32, tag(dt, "linear_bwd dweight after two microbatches")));
   }
 }
 
@@ -433,6 +434,8 @@ TEST(GpuOptim, SumSquares) {
         const double want = b.cpu().sum_squares(t.cpu, spans);
         const double got = b.gpu().sum_squares(t.gpu, spans);
         EXPECT_NEAR(got, want, 1e-6 * want) << spans.size() << " spans";
+        report_error_as("sum_squares", "f32", std::abs(got - want) / std::max(want, 1e-300), 1e-6,
+                        what + ", " + std::to_string(spans.size()) + " spans");
         EXPECT_EQ(got, b.gpu().sum_squares(t.gpu, spans)) << "not deterministic";
       }
     }

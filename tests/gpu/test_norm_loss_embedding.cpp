@@ -314,36 +314,36 @@ TEST(GpuCrossEntropy, ChainMatchesCpu) {
       const Pair mx = b.poisoned(DType::f32, {k.n});
       b.cpu().ce_local_max(mx.cpu, logits.cpu);
       b.gpu().ce_local_max(mx.gpu, logits.gpu);
-      EXPECT_TRUE(b.same(mx, 0.0, what + " max"));  // exact: a max rounds nothing
+      EXPECT_TRUE(b.same(mx, 0.0, what + " ce_local_max"));  // exact: a max rounds nothing
 
       const Pair se = b.poisoned(DType::f32, {k.n});
       b.cpu().ce_local_sumexp(se.cpu, logits.cpu, mx.cpu);
       b.gpu().ce_local_sumexp(se.gpu, logits.gpu, mx.gpu);
-      EXPECT_TRUE(b.same(se, kTolF32, what + " sumexp"));
+      EXPECT_TRUE(b.same(se, kTolF32, what + " ce_local_sumexp"));
 
       const Pair tl = b.poisoned(DType::f32, {k.n});
       b.cpu().ce_target_logit(tl.cpu, logits.cpu, targets.cpu, vocab_start);
       b.gpu().ce_target_logit(tl.gpu, logits.gpu, targets.gpu, vocab_start);
-      EXPECT_TRUE(b.same(tl, 0.0, what + " target_logit"));
+      EXPECT_TRUE(b.same(tl, 0.0, what + " ce_target_logit"));
 
       const Pair loss = b.poisoned(DType::f32, {k.n});
       b.cpu().ce_loss(loss.cpu, mx.cpu, se.cpu, tl.cpu);
       b.gpu().ce_loss(loss.gpu, mx.gpu, se.gpu, tl.gpu);
-      EXPECT_TRUE(b.same(loss, kTolF32, what + " losses"));
+      EXPECT_TRUE(b.same(loss, kTolF32, what + " ce_loss"));
 
       const float scale = 1.0f / static_cast<float>(k.n);
       const Pair dlogits = k.misaligned ? shifted_poisoned(b, dt, k.n, k.cols)
                                         : b.poisoned(dt, {k.n, k.cols});
       b.cpu().ce_bwd(dlogits.cpu, logits.cpu, mx.cpu, se.cpu, targets.cpu, vocab_start, scale);
       b.gpu().ce_bwd(dlogits.gpu, logits.gpu, mx.gpu, se.gpu, targets.gpu, vocab_start, scale);
-      EXPECT_TRUE(b.same(dlogits, tolerance_for(dt), what + " dlogits"));
+      EXPECT_TRUE(b.same(dlogits, tolerance_for(dt), what + " ce_bwd"));
 
       // In place, as the model runs it: the logits buffer becomes its gradient.
       const Pair inplace = k.misaligned ? shifted(b, dt, k.n, k.cols, logit_values)
                                         : b.upload(dt, {k.n, k.cols}, logit_values);
       b.cpu().ce_bwd(inplace.cpu, inplace.cpu, mx.cpu, se.cpu, targets.cpu, vocab_start, scale);
       b.gpu().ce_bwd(inplace.gpu, inplace.gpu, mx.gpu, se.gpu, targets.gpu, vocab_start, scale);
-      EXPECT_TRUE(b.same(inplace, tolerance_for(dt), what + " dlogits in place"));
+      EXPECT_TRUE(b.same(inplace, tolerance_for(dt), what + " ce_bwd in place"));
     }
   }
 }

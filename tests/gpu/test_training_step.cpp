@@ -3,7 +3,9 @@
 // grad norms and the updated weights must agree within the dtype's tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gpu_test_support.h"
@@ -95,6 +97,15 @@ TEST(GpuTrainingStep, ThreeStepsMatchTheCpu) {
       scale = std::max(scale, std::abs(want.weights[i]));
     }
     EXPECT_LE(worst, tol * scale) << "updated qkv weight";
+    // check.sh's table: the whole step as one row (losses and the updated weight).
+    const std::string dt = p == Precision::fp32 ? "f32" : "bf16";
+    double loss_err = 0;
+    for (size_t i = 0; i < want.losses.size() && i < got.losses.size(); ++i) {
+      const double d = std::abs(got.losses[i] - want.losses[i]);
+      loss_err = std::max(loss_err, d / std::abs(want.losses[i]));
+    }
+    report_error_as("train_step", dt, loss_err, tol, "loss, three steps");
+    report_error_as("train_step", dt, scale > 0 ? worst / scale : worst, tol, "updated qkv weight");
     EXPECT_LT(got.losses.back(), got.losses.front()) << "the GPU model learns";
   }
 }

@@ -93,7 +93,8 @@ class RangeTable {
   RangeChunk* chunks_ = nullptr;
   int32_t* first_chunk_ = nullptr;
   double* partials_ = nullptr;
-  size_t chunk_capacity_ = 0, first_capacity_ = 0, partial_capacity_ = 0;
+  unsigned char* stage_ = nullptr;  // pinned: the source of the upload's async copies
+  size_t chunk_capacity_ = 0, first_capacity_ = 0, partial_capacity_ = 0, stage_capacity_ = 0;
 };
 
 // AdamW over every range in one launch, writing the compute copy (bf16 or f32; may be empty)

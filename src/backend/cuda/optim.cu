@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -131,14 +132,18 @@ void grow(T** device, size_t* capacity, size_t count, const char* what) {
 }  // namespace
 
 RangeTable::~RangeTable() {
-  cudaFree(chunks_);
+  cudaFree(chunks_);  // cudaFree waits for the device, so no copy still reads the stage
   cudaFree(first_chunk_);
   cudaFree(partials_);
+  cudaFreeHost(stage_);
 }
 
 // The host's chunk list (and, for spans, where each span's chunks start), uploaded when the
 // ranges differ from the last call's. The stream is drained first: kernels of the previous
-// call may still read the old table.
+// call may still read the old table, and its copies may still read the stage. The copies
+// then go on `stream` itself (the compute stream is non-blocking, so a copy on the legacy
+// default stream would not be ordered before the kernels that read the table), from pinned
+// memory the table owns: it stays unchanged until the next upload's drain.
 template <class Range, class Split>
 void RangeTable::upload(cudaStream_t stream, std::span<const Range> ranges, uint64_t kind,
                         Split&& split) {
@@ -156,10 +161,26 @@ void RangeTable::upload(cudaStream_t stream, std::span<const Range> ranges, uint
   grow(&first_chunk_, &first_capacity_, host_first_.size(), "cudaMalloc (range starts)");
   grow(&partials_, &partial_capacity_, std::max<size_t>(host_chunks_.size(), 1),
        "cudaMalloc (range partials)");
-  check(cudaMemcpy(chunks_, host_chunks_.data(), host_chunks_.size() * sizeof(RangeChunk),
-                   cudaMemcpyHostToDevice), "cudaMemcpy (range chunks)");
-  check(cudaMemcpy(first_chunk_, host_first_.data(), host_first_.size() * sizeof(int32_t),
-                   cudaMemcpyHostToDevice), "cudaMemcpy (range starts)");
+  const size_t chunk_bytes = host_chunks_.size() * sizeof(RangeChunk);
+  const size_t first_bytes = host_first_.size() * sizeof(int32_t);
+  if (chunk_bytes + first_bytes > stage_capacity_) {
+    cudaFreeHost(stage_);
+    stage_ = nullptr;
+    stage_capacity_ = 0;
+    check(cudaMallocHost(reinterpret_cast<void**>(&stage_), chunk_bytes + first_bytes),
+          "cudaMallocHost (range table stage)");
+    stage_capacity_ = chunk_bytes + first_bytes;
+  }
+  static_assert(sizeof(RangeChunk) % alignof(int32_t) == 0, "the starts follow the chunks");
+  std::memcpy(stage_, host_chunks_.data(), chunk_bytes);
+  std::memcpy(stage_ + chunk_bytes, host_first_.data(), first_bytes);
+  if (chunk_bytes > 0) {
+    check(cudaMemcpyAsync(chunks_, stage_, chunk_bytes, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (range chunks)");
+  }
+  check(cudaMemcpyAsync(first_chunk_, stage_ + chunk_bytes, first_bytes, cudaMemcpyHostToDevice,
+                        stream),
+        "cudaMemcpyAsync (range starts)");
   key_ = key;
   kind_ = kind;
 }
