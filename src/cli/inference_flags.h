@@ -20,6 +20,8 @@ inline void add_checkpoint_flags(CLI::App& cmd, CheckpointOptions& o) {
   add_choice_flag(cmd, "--device", o.device, "cpu or cuda (one GPU per rank)");
   add_choice_flag(cmd, "--precision", o.precision,
                   "fp32 or bf16 weights and activations (default: the checkpoint's)");
+  add_choice_flag(cmd, "--comm-emulate", o.comm_emulate,
+                  "nccl: MPI held to NCCL's rules on CPU ranks (the config's comm.emulate)");
 }
 
 inline void add_inference_flags(CLI::App& cmd, InferenceOptions& o) {

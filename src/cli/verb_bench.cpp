@@ -110,7 +110,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
         args->run.steps = args->opts.steps;
         args->run.warmup_steps = args->opts.warmup_steps;
         auto backend = make_backend(cfg.parallel.device);
-        auto world = make_world_comm(*backend);
+        auto world = make_world_comm(*backend, cfg.comm.emulate);
         const RunBenchResult r = bench_run(cfg, args->run, *backend, world);
         if (world->rank() == 0) fmt::print("{}\n", describe(r, cfg, args->run));
         return 0;
@@ -208,7 +208,7 @@ void add_bench_verb(CLI::App& app, VerbRunner& run) {
   comm->callback([&run, cm] {
     run = [cm] {
       auto backend = make_backend(cm->device);
-      auto world = make_world_comm(*backend);
+      auto world = make_world_comm(*backend, CommEmulation::none);
       cm->opts.levels = !cm->write_machine.empty();
       const std::vector<CommBenchRow> rows = bench_comm(cm->opts, *backend, world);
       if (world->rank() == 0) {

@@ -57,7 +57,8 @@ void add_train_verb(CLI::App& app, VerbRunner& run) {
       install_stop_signal_handlers();
       std::unique_ptr<Trainer> trainer;
       try {
-        trainer = std::make_unique<Trainer>(cfg, *backend, make_world_comm(*backend));
+        trainer = std::make_unique<Trainer>(cfg, *backend,
+                                            make_world_comm(*backend, cfg.comm.emulate));
       } catch (const UserError& e) {
         if (!demo || std::filesystem::exists(cfg.data.tokenizer)) throw;
         throw UserError(fmt::format("{}; scripts/demo.sh makes the demo's tokenizer and data "

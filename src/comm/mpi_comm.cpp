@@ -12,6 +12,7 @@
 #include "jumbo/backend/bf16.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/watchdog.h"
+#include "mpi_comm.h"
 #include "mpi_ring.h"
 #include "mpi_types.h"
 
@@ -74,12 +75,14 @@ int count_of(const Tensor& t) {
 class MpiComm final : public Comm {
  public:
   static constexpr size_t kMaxInFlight = 1024;
-  MpiComm(MPI_Comm comm, std::string name, bool owned)
-      : comm_(comm), name_(std::move(name)), owned_(owned) {
+  MpiComm(MPI_Comm comm, std::string name, bool owned, P2pRules rules = P2pRules::mpi)
+      : comm_(comm), name_(std::move(name)), owned_(owned), rules_(rules) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     requests_.reserve(kMaxInFlight);
+    posted_bytes_.reserve(kMaxInFlight);
   }
+  MPI_Comm handle() const { return comm_; }
   ~MpiComm() override {
     ring_.reset();
     int finalized = 0;
@@ -197,15 +200,23 @@ class MpiComm final : public Comm {
     if (size_ == 1) return;
     MPI_Bcast(t.data, count_of(t), mpi_type(t.dtype), root, comm_);
   }
+  // Under NCCL's rules a send completes only once its receive is posted (MPI_Issend) and tags
+  // are ignored: messages between two ranks match in posting order, as NCCL's do.
   CommRequest isend(Tensor t, int peer, int tag) override {
     count(t);
     MPI_Request* r = new_request();
-    MPI_Isend(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
+    if (rules_ == P2pRules::nccl) {
+      MPI_Issend(t.data, count_of(t), mpi_type(t.dtype), peer, 0, comm_, r);
+    } else {
+      MPI_Isend(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
+    }
     return {slot_of(r)};
   }
   CommRequest irecv(Tensor t, int peer, int tag) override {
     MPI_Request* r = new_request();
-    MPI_Irecv(t.data, count_of(t), mpi_type(t.dtype), peer, tag, comm_, r);
+    MPI_Irecv(t.data, count_of(t), mpi_type(t.dtype), peer, rules_ == P2pRules::nccl ? 0 : tag,
+              comm_, r);
+    posted_bytes_[static_cast<size_t>(slot_of(r))] = static_cast<int64_t>(t.bytes());
     return {slot_of(r)};
   }
   void wait(CommRequest& req) override {
@@ -216,9 +227,22 @@ class MpiComm final : public Comm {
       req.slot = -1;
       return;
     }
-    MPI_Wait(&requests_[req.slot], MPI_STATUS_IGNORE);
+    MPI_Status status;
+    MPI_Wait(&requests_[req.slot], &status);
+    const int64_t posted = posted_bytes_[static_cast<size_t>(req.slot)];
+    posted_bytes_[static_cast<size_t>(req.slot)] = -1;
     free_.push_back(req.slot);
     req.slot = -1;
+    if (rules_ == P2pRules::nccl && posted >= 0) {
+      // NCCL needs a receive's count to equal its send's; MPI would accept a shorter message.
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (got != posted) {
+        throw std::logic_error(fmt::format("{}: a receive of {} bytes from rank {} was matched by "
+                                           "a send of {} (NCCL's rules: equal counts)", name_,
+                                           posted, status.MPI_SOURCE, got));
+      }
+    }
   }
   void barrier() override {
     const BlockingOp watch("barrier", name_); MPI_Barrier(comm_); }
@@ -298,6 +322,7 @@ class MpiComm final : public Comm {
                                            requests_.capacity()));
       }
       requests_.push_back(MPI_REQUEST_NULL);
+      posted_bytes_.push_back(-1);
       return &requests_.back();
     }
     const int s = free_.back();
@@ -349,13 +374,23 @@ class MpiComm final : public Comm {
   bool owned_;
   int rank_ = 0;
   int size_ = 1;
+  P2pRules rules_;
   std::vector<MPI_Request> requests_;
+  std::vector<int64_t> posted_bytes_;  // by slot: a receive's bytes, -1 for other requests
   std::vector<int> free_;
   std::vector<char> packed_;  // all_reduce_coalesced's staging buffer
   std::unique_ptr<RingCollectives> ring_;  // the non-blocking collectives' worker
 };
 
 }  // namespace
+
+std::shared_ptr<Comm> duplicate_with_nccl_p2p(Comm& mpi) {
+  auto* comm = dynamic_cast<MpiComm*>(&mpi);
+  if (!comm) throw std::logic_error(mpi.name() + ": NCCL's rules apply to an MPI communicator");
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(comm->handle(), &dup);
+  return std::make_shared<MpiComm>(dup, mpi.name(), true, P2pRules::nccl);
+}
 
 bool started_by_launcher() {
   if (const char* forced = std::getenv("JUMBO_MPI"); forced && *forced)

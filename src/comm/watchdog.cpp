@@ -111,9 +111,16 @@ void remove_async_error_check(int id) {
   c.checks.erase(id);
 }
 
+namespace {
+thread_local bool comm_worker_thread = false;
+}  // namespace
+
+void mark_thread_as_comm_worker() { comm_worker_thread = true; }
+
 double comm_wait_seconds() { return static_cast<double>(comm_wait_ns().load()) * 1e-9; }
 
 BlockingOp::BlockingOp(const char* op, std::string_view group) {
+  if (comm_worker_thread) return;
   if (group != "device") started_ns_ = now_ns();
   WatchState& s = state();
   if (!s.running.load()) return;

@@ -40,6 +40,14 @@ const char* to_string(ExpectNetwork e) {
   return "unknown";
 }
 
+const char* to_string(CommEmulation e) {
+  switch (e) {
+    case CommEmulation::none: return "none";
+    case CommEmulation::nccl: return "nccl";
+  }
+  return "unknown";
+}
+
 const char* to_string(FineTune f) {
   switch (f) {
     case FineTune::none: return "none";

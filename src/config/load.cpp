@@ -81,6 +81,7 @@ const Choice* choice_for() {
   else if constexpr (std::is_same_v<T, AnomalyAction>) return choice_of<AnomalyAction, 3>();
   else if constexpr (std::is_same_v<T, ExpectNetwork>) return choice_of<ExpectNetwork, 4>();
   else if constexpr (std::is_same_v<T, FineTune>) return choice_of<FineTune, 3>();
+  else if constexpr (std::is_same_v<T, CommEmulation>) return choice_of<CommEmulation, 2>();
   else return nullptr;
 }
 
@@ -147,7 +148,7 @@ const std::vector<Section>& schema() {
         JUMBO_FIELD(log, comm), JUMBO_FIELD(log, emf_file), JUMBO_FIELD(log, emf_address),
         JUMBO_FIELD(log, emf_namespace), JUMBO_FIELD(log, run_name),
         JUMBO_FIELD(log, straggler_ratio), JUMBO_FIELD(log, straggler_intervals)}},
-      {"comm", {JUMBO_FIELD(comm, expect_network)}},
+      {"comm", {JUMBO_FIELD(comm, expect_network), JUMBO_FIELD(comm, emulate)}},
       {"finetune",
        {JUMBO_FIELD(finetune, method), JUMBO_FIELD(finetune, lora_rank),
         JUMBO_FIELD(finetune, lora_alpha), JUMBO_FIELD(finetune, lora_targets),
@@ -607,6 +608,7 @@ JUMBO_CHOICE(Device)
 JUMBO_CHOICE(AnomalyAction)
 JUMBO_CHOICE(ExpectNetwork)
 JUMBO_CHOICE(FineTune)
+JUMBO_CHOICE(CommEmulation)
 #undef JUMBO_CHOICE
 
 }  // namespace jumbo

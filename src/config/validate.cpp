@@ -123,6 +123,11 @@ int64_t check_parallel(const Checks& c, const RunConfig& cfg, int world_size) {
   c.require(p.comm_timeout_s > 0 && std::isfinite(p.comm_timeout_s),
             "parallel.comm_timeout_s = {}: expected a positive number of seconds",
             p.comm_timeout_s);
+  // NCCL's rules are emulated on MPI; on a GPU NCCL itself enforces them.
+  c.require(cfg.comm.emulate == CommEmulation::none || p.device == Device::cpu,
+            "comm.emulate = \"{}\" with train.device = \"{}\": expected \"none\" (the "
+            "emulation holds MPI on CPU ranks to NCCL's rules; a GPU run uses NCCL itself)",
+            to_string(cfg.comm.emulate), to_string(p.device));
   if (world_size == 0) return 1;
   c.require(world_size > 0, "world size {}: expected >= 1 process", world_size);
   const int64_t model_parallel = product(p.tp, p.pp);

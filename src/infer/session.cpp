@@ -20,7 +20,7 @@ UserError flag_error(const std::string& verb, const std::string& flag, const std
 OpenedCheckpoint open_checkpoint_for(const CheckpointOptions& o, const std::string& verb) {
   OpenedCheckpoint c;
   c.backend = make_backend(o.device);
-  c.world = make_world_comm(*c.backend);
+  c.world = make_world_comm(*c.backend, o.comm_emulate);
   c.checkpoint = open_checkpoint(o.checkpoint, S3Options{}, *c.world);
   const Manifest& m = c.checkpoint.manifest;
   c.precision = o.precision.value_or(m.precision);

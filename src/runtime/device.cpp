@@ -45,8 +45,17 @@ void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device
                               cfg.model.heads));
 }
 
-std::shared_ptr<Comm> make_world_comm(Backend& backend) {
-  if (backend.device().kind() == Device::cpu) return mpi_world();
+std::shared_ptr<Comm> make_world_comm(Backend& backend, CommEmulation emulate) {
+  if (backend.device().kind() == Device::cpu) {
+    std::shared_ptr<Comm> world = mpi_world();
+    // One rank has nothing to emulate (and its world may not be MPI's at all).
+    if (emulate == CommEmulation::nccl && world->size() > 1) return make_nccl_rules_comm(world);
+    return world;
+  }
+  if (emulate != CommEmulation::none) {
+    throw UserError(fmt::format("comm.emulate = \"{}\" with train.device = \"cuda\": expected "
+                                "\"none\" (a GPU run uses NCCL itself)", to_string(emulate)));
+  }
   return make_nccl_comm(mpi_world(), backend.stream());
 }
 

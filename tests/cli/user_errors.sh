@@ -65,6 +65,11 @@ expect_error unknown-gpu "train.gpu" "v100" "a100-40gb" -- train --set train.gpu
 expect_error unknown-device "train.device" "tpu" -- train --set train.device=tpu
 # This build has no CUDA backend (the CUDA build's gpu tests cover that one).
 expect_error cuda-not-built "train.device" "-DJUMBO_CUDA=ON" -- train --set train.device=cuda
+expect_error emulate-on-gpu "comm.emulate = \"nccl\"" "train.device = \"cuda\"" "expected \"none\"" -- \
+  train --set train.device=cuda --set comm.emulate=nccl
+expect_error unknown-emulation "comm.emulate" "mpich" -- train --set comm.emulate=mpich
+expect_error bad-emulate-flag "--comm-emulate gloo: expected none or nccl" -- \
+  generate --checkpoint "$tmp/none" --prompt x --comm-emulate gloo
 expect_error bad-emf-address "log.emf_address" "tcp://HOST:PORT" -- \
   train --set log.emf_address=localhost:25888
 # J1-Jumbo on one A100: the start-of-run plan refuses it before allocating anything.

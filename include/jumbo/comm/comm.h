@@ -99,6 +99,14 @@ void mpi_finalize();
 // Without -DJUMBO_CUDA=ON it throws UserError.
 std::shared_ptr<Comm> make_nccl_comm(std::shared_ptr<Comm> bootstrap, Stream& stream);
 bool nccl_built();
+// comm.emulate = nccl: a communicator of the same group as `bootstrap` (an MPI communicator;
+// collective over its ranks) held to NCCL's rules where NCCL is stricter than MPI: a send
+// completes only once its receive is posted, tags are ignored (point-to-point between two
+// ranks matches in posting order), a group's operations are posted together at group_end and
+// complete together, and one communicator's operations run in issue order (one stream).
+// Host operations (scalars, bytes, barrier, split) go through `bootstrap`, as NcclComm's do;
+// its splits are emulated too. src/comm/nccl_rules_comm.cpp.
+std::shared_ptr<Comm> make_nccl_rules_comm(std::shared_ptr<Comm> bootstrap);
 
 // What `jumbo doctor` reports of the MPI library: "Open MPI v4.1.4", thread support, host.
 struct MpiInfo {

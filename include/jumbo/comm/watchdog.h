@@ -21,6 +21,11 @@ void remove_async_error_check(int id);
 // "device", a wait for the GPU's own work): what the straggler report calls waiting.
 double comm_wait_seconds();
 
+// For a thread that runs communication on behalf of another which waits for it under its own
+// BlockingOp (an emulated NCCL communicator's stream): this thread's BlockingOps neither arm
+// the watchdog (they would disarm the waiting thread's) nor count as waiting (twice).
+void mark_thread_as_comm_worker();
+
 // Marks a blocking operation for the watchdog for the lifetime of the object, and times it. `op` is a
 // string literal; the group's name is copied (a temporary may name it), cut to 47 characters.
 class BlockingOp {

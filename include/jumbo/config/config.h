@@ -220,8 +220,15 @@ struct LogConfig {
 enum class ExpectNetwork { any, efa, ib, socket };
 const char* to_string(ExpectNetwork e);
 
+// [comm] emulate: on CPU ranks, MPI held to NCCL's stricter rules (synchronous sends, tags
+// ignored, a group completes as a whole, one communicator's operations run in issue order),
+// so the GPU path's deadlocks show without a GPU (comm/nccl_rules.h, docs/config.md).
+enum class CommEmulation { none, nccl };
+const char* to_string(CommEmulation e);
+
 struct CommConfig {
   ExpectNetwork expect_network = ExpectNetwork::any;
+  CommEmulation emulate = CommEmulation::none;
 };
 
 // [finetune]: how a run from train.init_from trains. LoRA freezes the base (its weights only,
@@ -249,7 +256,7 @@ struct RunConfig {
 };
 
 // A config enum's value by name, from the one table its config key reads too (Precision,
-// Recompute, Device, AnomalyAction, ExpectNetwork): for the CLI's flags. choice_names<E>()
+// Recompute, Device, AnomalyAction, ExpectNetwork, CommEmulation): for the CLI's flags. choice_names<E>()
 // lists them for an error: "fp32 or bf16".
 template <typename E>
 std::optional<E> parse_choice(std::string_view name);

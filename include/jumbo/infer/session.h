@@ -23,6 +23,7 @@ struct CheckpointOptions {
   int64_t tp = 1, pp = 1;  // --tp, --pp: any layout, whatever the checkpoint was saved in
   Device device = Device::cpu;          // --device
   std::optional<Precision> precision;  // --precision; default the checkpoint's
+  CommEmulation comm_emulate = CommEmulation::none;  // --comm-emulate (comm.emulate's values)
 };
 
 struct OpenedCheckpoint {

@@ -22,9 +22,11 @@ std::unique_ptr<Backend> make_backend(Device device);
 // head size on the GPU, a CUDA run in a CPU-only build. Needs no device: `jumbo train` asks
 // before it opens one.
 void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device device);
-// The world communicator for `backend`: MPI on the CPU; on a GPU, NCCL over MPI's world,
-// whose splits (the grid's tp, pp, dp groups) are NCCL communicators as well.
-std::shared_ptr<Comm> make_world_comm(Backend& backend);
+// The world communicator for `backend`: MPI on the CPU (held to NCCL's rules with
+// comm.emulate = nccl, on more than one rank); on a GPU, NCCL over MPI's world, whose splits
+// (the grid's tp, pp, dp groups) are NCCL communicators as well. Emulation with the CUDA
+// backend is a UserError.
+std::shared_ptr<Comm> make_world_comm(Backend& backend, CommEmulation emulate);
 // Collective, once at start: the network NCCL chose on every rank, from its log
 // (comm/nccl_log.h). Returns the one line rank 0 prints ("" on the CPU backend); where
 // comm.expect_network is not met, rank 0 throws UserError naming the hosts (its error ends
