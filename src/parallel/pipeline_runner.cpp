@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "jumbo/comm/watchdog.h"
+#include "jumbo/parallel/pipeline_exchange.h"
 
 namespace jumbo {
 
@@ -14,6 +15,7 @@ PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
       chunks_(static_cast<int>(plan.model.chunks)) {
   train_.microbatches = plan.microbatches;
   train_.ops = plan.schedule;
+  train_.exchanges = pipeline_exchanges(train_.ops, stages_, stage_, chunks_);
   tokens_per_microbatch_ = static_cast<size_t>(plan.model.micro_batch * plan.model.seq);
   tokens_.resize(tokens_per_microbatch_);
   targets_.resize(tokens_per_microbatch_);
@@ -25,22 +27,24 @@ PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
   bwd_sent_.assign(slots, CommRequest{});
 }
 
-const std::vector<PipeOp>& PipelineRunner::schedule(PipelineMode mode, int64_t microbatches) {
+const PipelineRunner::Schedule& PipelineRunner::schedule(PipelineMode mode, int64_t microbatches) {
   Schedule& s = mode == PipelineMode::train ? train_ : forward_only_;
   if (s.microbatches != microbatches) {
     s.ops = pipeline_schedule(stages_, stage_, static_cast<int>(microbatches), chunks_, mode);
+    s.exchanges = pipeline_exchanges(s.ops, stages_, stage_, chunks_);
     s.microbatches = microbatches;
   }
-  return s.ops;
+  return s;
 }
 
-// Each op's send is posted in one group with the next op's receive (Megatron's
-// send_forward_recv_backward and the like): NCCL runs a group as one operation, so two stages
-// sending to each other cannot deadlock; for MPI the group is nothing. Receives are waited
-// before their op; sends only before their buffer is reused, which keeps every wait behind
-// its matching receive in the schedule's dependency order.
+// The transfers go in the plan's exchanges (pipeline_exchange.h): each one point-to-point
+// group with a block's sends and the next block's receives, a pairing that NCCL's rules (a
+// group completes as a whole, one group after another) cannot deadlock; MPI needs none of it.
+// Receives are waited before their op; sends only before their buffer is reused, which keeps
+// every wait behind its matching receive in the schedule's dependency order.
 double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
-  const std::vector<PipeOp>& ops = schedule(run.mode, run.microbatches);
+  const Schedule& plan = schedule(run.mode, run.microbatches);
+  const std::vector<PipeOp>& ops = plan.ops;
   const bool train = run.mode == PipelineMode::train;
   model_.begin_run(train ? run.dropout_seed : std::nullopt);
   // Packed examples: every stage's attention needs the positions, so every rank reads each
@@ -49,7 +53,9 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   const bool examples = source.holds_examples();
   const size_t n = tokens_per_microbatch_;
   if (examples && positions_.size() < static_cast<size_t>(run.microbatches) * n) {
-    for (auto* b : {&tokens_, &targets_, &positions_}) b->resize(static_cast<size_t>(run.microbatches) * n);
+    for (auto* b : {&tokens_, &targets_, &positions_}) {
+      b->resize(static_cast<size_t>(run.microbatches) * n);
+    }
   }
   auto microbatch = [&](const PipeOp& op) {
     const size_t at = examples ? static_cast<size_t>(op.microbatch) * n : 0;
@@ -60,41 +66,73 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
   if (slot_of_.size() < static_cast<size_t>(run.microbatches * v)) {
     slot_of_.resize(static_cast<size_t>(run.microbatches * v));  // more than planned: rare
   }
+  if (received_.size() < ops.size()) received_.resize(ops.size());  // grown once
   free_slots_.clear();
   for (int s = static_cast<int>(fwd_sent_.size()) - 1; s >= 0; --s) free_slots_.push_back(s);
   // Every (microbatch, chunk) has one backward in a training schedule, none otherwise.
   int64_t backwards_left = train ? run.microbatches * v : 0;
   // Tag of the message leaving virtual stage `from` for microbatch k in direction dir.
   auto tag = [&](int k, int from, int dir) { return 2 * (k * virtual_total + from) + dir; };
-  // Op k's activation slot (a forward takes a free one) and its receive, if any.
-  auto post_receive = [&](size_t k) -> CommRequest {
-    const PipeOp& op = ops[k];
-    const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
-    int& slot = slot_of_[op.microbatch * v + op.chunk];
-    if (op.kind == PipeOp::forward) {
+  auto slot_of = [&](const PipeOp& op) -> int& { return slot_of_[op.microbatch * v + op.chunk]; };
+  // A forward takes a free activation slot at its receive, or when it runs if it has none.
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+  auto take_slot = [&](const PipeOp& op) {
+    int& slot = slot_of(op);
+    if (slot < 0) {
       slot = free_slots_.back();
       free_slots_.pop_back();
     }
-    if (c.recv_from_rank < 0) return {};
-    if (op.kind == PipeOp::forward) {
-      return pp_.irecv(model_.input(slot), c.recv_from_rank,
-                       tag(op.microbatch, c.virtual_stage - 1, 0));
-    }
-    return pp_.irecv(model_.grad_output(), c.recv_from_rank,
-                     tag(op.microbatch, c.virtual_stage + 1, 1));
+    return slot;
   };
-  model_.set_weights_needed_hook(run.weights_needed);
-  CommRequest received;
-  if (!ops.empty()) {
-    pp_.group_start();
-    received = post_receive(0);
-    pp_.group_end();
-  }
-  for (size_t k = 0; k < ops.size(); ++k) {
+  // Op k's receive into its forward's activation slot, or of its output gradient.
+  auto post_receive = [&](int k) {
     const PipeOp& op = ops[k];
     const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
-    const int slot = slot_of_[op.microbatch * v + op.chunk];
-    pp_.wait(received);
+    if (op.kind == PipeOp::forward) {
+      received_[k] = pp_.irecv(model_.input(take_slot(op)), c.recv_from_rank,
+                               tag(op.microbatch, c.virtual_stage - 1, 0));
+    } else {
+      received_[k] = pp_.irecv(model_.grad_output(), c.recv_from_rank,
+                               tag(op.microbatch, c.virtual_stage + 1, 1));
+    }
+  };
+  auto post_send = [&](int k) {
+    const PipeOp& op = ops[k];
+    const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
+    const int slot = slot_of(op);
+    if (op.kind == PipeOp::forward) {
+      fwd_sent_[slot] = pp_.isend(model_.output(slot), c.send_to_rank,
+                                  tag(op.microbatch, c.virtual_stage, 0));
+    } else {
+      bwd_sent_[slot] = pp_.isend(model_.grad_input(slot), c.send_to_rank,
+                                  tag(op.microbatch, c.virtual_stage, 1));
+    }
+  };
+  auto exchange = [&](const PipeExchange& x) {
+    pp_.group_start();
+    for (int i = 0; i < x.count; ++i) {
+      const PipePost& post = x.posts[i];
+      if (post.kind == PipePost::send) {
+        post_send(post.op);
+      } else {
+        post_receive(post.op);
+      }
+    }
+    pp_.group_end();
+  };
+  model_.set_weights_needed_hook(run.weights_needed);
+  size_t next = 0;  // the plan's next exchange
+  auto exchange_after = [&](int k) {  // the exchange after op k (-1: before the first), if any
+    if (next < plan.exchanges.size() && plan.exchanges[next].after_op == k) {
+      exchange(plan.exchanges[next++]);
+    }
+  };
+  exchange_after(-1);
+  for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
+    const PipeOp& op = ops[k];
+    const PipeOpComm c = pipeline_op_comm(op, stages_, stage_, v);
+    const int slot = op.kind == PipeOp::forward ? take_slot(op) : slot_of(op);
+    pp_.wait(received_[k]);
     if (op.kind == PipeOp::forward) {
       // Forward only: the slot's previous output may still be on its way to the next stage.
       pp_.wait(fwd_sent_[slot]);
@@ -107,20 +145,9 @@ double PipelineRunner::run(MicrobatchSource& source, const PipelineRun& run) {
       model_.backward(slot, op.chunk, run.loss_scale);
       pp_.wait(fwd_sent_[slot]);
     }
-    pp_.group_start();
-    if (c.send_to_rank >= 0) {
-      if (op.kind == PipeOp::forward) {
-        fwd_sent_[slot] = pp_.isend(model_.output(slot), c.send_to_rank,
-                                    tag(op.microbatch, c.virtual_stage, 0));
-      } else {
-        bwd_sent_[slot] = pp_.isend(model_.grad_input(slot), c.send_to_rank,
-                                    tag(op.microbatch, c.virtual_stage, 1));
-      }
-    }
     // A slot is free again after its backward, or (forward only) once its forward ran.
     if (op.kind == PipeOp::backward || !train) free_slots_.push_back(slot);
-    received = k + 1 < ops.size() ? post_receive(k + 1) : CommRequest{};
-    pp_.group_end();
+    exchange_after(k);
   }
   for (CommRequest& r : bwd_sent_) pp_.wait(r);
   for (CommRequest& r : fwd_sent_) pp_.wait(r);

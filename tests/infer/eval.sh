@@ -35,6 +35,11 @@ mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows
   --micro-batch 2 >"$tmp/e2.txt"
 close "$(field "$tmp/e2.txt" data.loss)" "$val" 1e-6
 [[ $(field "$tmp/e2.txt" layout) == "'tp1-pp2-dp2'" ]] || fail "layout"
+# Under NCCL's rules on CPU ranks: the forward-only pipeline's loss to the last digit.
+mpirun -np 4 "$jumbo" eval --checkpoint "$tmp/ckpt" --data "$tmp/data" --windows 4 --pp 2 \
+  --micro-batch 2 --comm-emulate nccl >"$tmp/e3.txt"
+[[ $(field "$tmp/e3.txt" data.loss) == "$(field "$tmp/e2.txt" data.loss)" ]] ||
+  fail "eval under comm emulation: $(field "$tmp/e3.txt" data.loss) vs $(field "$tmp/e2.txt" data.loss)"
 grep -q "^dataset .*bits/byte" "$tmp/e2.txt" || { cat "$tmp/e2.txt"; fail "no table"; }
 
 # The whole set: every token but the first is scored once, whatever the stride.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # jumbo generate on a real checkpoint: the same text (greedy, and sampled with a seed) on one
-# rank and on tp 2 x pp 2, whatever the batch (--max-batch, --prefill-chunk); stop strings;
+# rank and on tp 2 x pp 2 (also under --comm-emulate nccl), whatever the batch (--max-batch,
+# --prefill-chunk); stop strings;
 # one-line errors.
 source "$(dirname "$0")/../support/harness.sh" "$@"
 abort_on_error
@@ -22,14 +23,19 @@ same() {
 gen "$tmp/g1" "$jumbo" generate
 gen "$tmp/g2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2
 gen "$tmp/g3" "$jumbo" generate --max-batch 1 --prefill-chunk 2
+# Under NCCL's rules on CPU ranks (synchronous sends, tags ignored, one stream per group).
+gen "$tmp/g4" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2 --comm-emulate nccl
 same "$tmp/g1" "$tmp/g2"
+same "$tmp/g2" "$tmp/g4"
 same "$tmp/g1" "$tmp/g3"
 [[ $(wc -l <"$tmp/g1") -eq 3 ]] || fail "3 completions expected"
 sampled=(--temperature 0.8 --top-k 40 --top-p 0.9 --seed 5)
 gen "$tmp/s1" "$jumbo" generate "${sampled[@]}"
 gen "$tmp/s2" mpirun -np 4 "$jumbo" generate --tp 2 --pp 2 "${sampled[@]}" --max-batch 2
 gen "$tmp/s3" "$jumbo" generate --temperature 0.8 --top-k 40 --top-p 0.9 --seed 6
+gen "$tmp/s4" mpirun -np 2 "$jumbo" generate --pp 2 "${sampled[@]}" --max-batch 2 --comm-emulate nccl
 same "$tmp/s1" "$tmp/s2"
+same "$tmp/s1" "$tmp/s4"
 cmp -s "$tmp/s1" "$tmp/s3" && fail "seeds 5 and 6 gave the same text"
 cmp -s "$tmp/s1" "$tmp/g1" && fail "sampling gave the greedy text"
 

@@ -110,5 +110,11 @@ if start_server tp2 mpirun -np 2 "$jumbo" serve --checkpoint "$tmp/ck" --port 0 
   client concurrent "$tmp/cases_tp.json"
   stop_server tp2 USR1
 fi
+# pp 2 under NCCL's rules on CPU ranks (comm.emulate): the same texts.
+if start_server pp2 mpirun -np 2 "$jumbo" serve --checkpoint "$tmp/ck" --port 0 --pp 2 \
+    --comm-emulate nccl; then
+  client concurrent "$tmp/cases_tp.json"
+  stop_server pp2 USR1
+fi
 
 finish "all checks passed"

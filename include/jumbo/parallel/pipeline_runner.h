@@ -12,6 +12,7 @@
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/model/gpt.h"
+#include "jumbo/parallel/pipeline_exchange.h"
 #include "jumbo/parallel/pipeline_schedule.h"
 #include "jumbo/parallel/stage_plan.h"
 
@@ -67,12 +68,13 @@ class PipelineRunner {
  private:
   // This stage's ops for `microbatches` in `mode`; rebuilt only when the count changes
   // (during the batch ramp-up).
-  const std::vector<PipeOp>& schedule(PipelineMode mode, int64_t microbatches);
-
   struct Schedule {
     int64_t microbatches = -1;
     std::vector<PipeOp> ops;
+    std::vector<PipeExchange> exchanges;  // how its transfers are posted
   };
+  const Schedule& schedule(PipelineMode mode, int64_t microbatches);
+
   GptModel& model_;
   Comm& pp_;
   int stages_, stage_, chunks_;
@@ -83,6 +85,7 @@ class PipelineRunner {
   std::vector<int> slot_of_;  // [microbatch * chunks + chunk]
   std::vector<int> free_slots_;
   std::vector<CommRequest> fwd_sent_, bwd_sent_;  // per slot
+  std::vector<CommRequest> received_;             // per op of the schedule run
 };
 
 }  // namespace jumbo
