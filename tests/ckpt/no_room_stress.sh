@@ -16,6 +16,10 @@ jumbo=$(realpath "$1")
 repo=$(realpath "${2:-$(dirname "$0")/../..}")
 runs=${3:-30}
 cd "$repo" || exit 1
+# As ctest runs no_room.sh: as root in a container, more ranks than cores.
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 
 busy=()
 stop_busy() {
