@@ -400,14 +400,19 @@ Checkpointer::Room Checkpointer::check_room() {
   return {bytes.front() == '1', std::string(bytes.begin() + 1, bytes.end())};
 }
 
+std::vector<int64_t> Checkpointer::steps_before(int64_t step) {
+  std::vector<int64_t> steps;
+  for (const std::string& name : storage_->list_dirs("")) {
+    const int64_t s = checkpoint_step_of(name);
+    if (s >= 0 && s < step) steps.push_back(s);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
 void Checkpointer::apply_retention(int64_t saved_step) {
   try {
-    std::vector<int64_t> older;
-    for (const std::string& name : storage_->list_dirs("")) {
-      const int64_t s = checkpoint_step_of(name);
-      if (s >= 0 && s < saved_step) older.push_back(s);
-    }
-    std::sort(older.rbegin(), older.rend());
+    const std::vector<int64_t> older = steps_before(saved_step);
     int64_t kept = 1;  // the one just saved
     for (int64_t s : older) {
       const std::string dir = checkpoint_dir_name(s);
@@ -466,12 +471,7 @@ std::optional<Manifest> Checkpointer::load_newest(const std::vector<PieceData>& 
   std::vector<char> listing{'1'};
   if (world_.rank() == 0) {
     try {
-      std::vector<int64_t> steps;
-      for (const std::string& name : storage_->list_dirs("")) {
-        const int64_t s = checkpoint_step_of(name);
-        if (s >= 0 && s < before_step) steps.push_back(s);
-      }
-      std::sort(steps.rbegin(), steps.rend());
+      const std::vector<int64_t> steps = steps_before(before_step);
       for (int64_t s : steps) {
         const std::string line = checkpoint_dir_name(s) + "\n";
         listing.insert(listing.end(), line.begin(), line.end());

@@ -124,7 +124,6 @@ class NcclRulesComm final : public Comm {
     if (!req.pending()) return;
     const int slot = req.slot;
     req.slot = -1;
-    if (slot >= kMaxInFlight) return device_wait(slot - kMaxInFlight);
     std::unique_lock lock(mu_);
     if (!done_[static_cast<size_t>(slot)]) {
       const BlockingOp watch(label_[static_cast<size_t>(slot)], name());
@@ -181,12 +180,6 @@ class NcclRulesComm final : public Comm {
     w.op = op;
     return w;
   }
-  // Requests of device_ itself (a group of one rank runs on the calling thread) are numbered
-  // from kMaxInFlight.
-  void device_wait(int slot) {
-    CommRequest r{slot};
-    device_->wait(r);
-  }
   CommRequest add_p2p(const P2p& op) {
     if (size_ == 1) throw std::logic_error(name() + ": point-to-point in a group of one rank");
     if (!in_group_) {  // an operation outside a group is a group of its own (as in NCCL)
@@ -212,10 +205,9 @@ class NcclRulesComm final : public Comm {
     if (in_group_) {
       throw std::logic_error(name() + ": a collective inside a point-to-point group");
     }
-    if (size_ == 1) {  // nothing to order against: device_ does the local copy, if any
-      const CommRequest r = start_on(*device_, w);
-      return r.pending() ? CommRequest{kMaxInFlight + r.slot} : CommRequest{};
-    }
+    // Nothing to order against in a group of one: device_ does the local copy, if any, at once
+    // (MpiComm returns no pending request there).
+    if (size_ == 1) return start_on(*device_, w);
     w.slot = take_slot("wait for a non-blocking collective");
     push(w);
     return {w.slot};

@@ -53,8 +53,9 @@ std::shared_ptr<Comm> make_world_comm(Backend& backend, CommEmulation emulate) {
     return world;
   }
   if (emulate != CommEmulation::none) {
-    throw UserError(fmt::format("comm.emulate = \"{}\" with train.device = \"cuda\": expected "
-                                "\"none\" (a GPU run uses NCCL itself)", to_string(emulate)));
+    // A run config's comm.emulate was refused at validation; this is --comm-emulate's.
+    throw UserError(fmt::format("--comm-emulate {} with --device cuda: expected none (a GPU run "
+                                "uses NCCL itself)", to_string(emulate)));
   }
   return make_nccl_comm(mpi_world(), backend.stream());
 }

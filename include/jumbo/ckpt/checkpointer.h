@@ -124,6 +124,8 @@ class Checkpointer {
   void finish_save();
   // File I/O of a save: on the background thread with checkpoint.async, else now.
   void run_io(std::function<void()> task);
+  // The steps of the checkpoint directories under the root below `step`, newest first.
+  std::vector<int64_t> steps_before(int64_t step);
   void apply_retention(int64_t saved_step);
   void write_last_save(int64_t step);  // rank 0: checkpoint.dir/last_save.json
   void print(const std::string& line) const;
