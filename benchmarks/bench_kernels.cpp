@@ -1,7 +1,9 @@
 // Throughput of every CPU backend kernel at GPT-2 124M shapes: micro batch 8 x sequence 128
 // (N = 1024 tokens), C = 768, 12 heads of 64, ffn 3072, vocab padded to 50304; AdamW and the
 // reductions over all 124M parameters. Counters: GFLOP/s for the matmul-bound kernels (linear,
-// attention), GB/s of bytes each kernel must move for the memory-bound ones.
+// attention), GB/s of bytes each kernel must move for the memory-bound ones. The Llama-family
+// kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention with G = H/4 kv heads) run at the
+// same sizes, the SwiGLU over the same ffn width.
 //   build-kerneltests/benchmarks/bench_kernels --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 
@@ -18,6 +20,7 @@ using namespace jumbo;
 
 constexpr int64_t kB = 8, kT = 128, kN = kB * kT, kC = 768, kH = 12, kD = 64;
 constexpr int64_t kFfn = 3072, kVocab = 50304, kMaxT = 1024;
+constexpr int64_t kKvHeads = kH / 4;  // grouped-query attention: 3 kv heads of 4 query heads
 // 12 layers x (12 C^2 + 13 C) + (V + 1024) C + 2 C, with the padded vocabulary.
 constexpr int64_t kParams = 12 * (12 * kC * kC + 13 * kC) + (kVocab + kMaxT) * kC + 2 * kC;
 
@@ -100,29 +103,48 @@ void BM_linear_bwd(benchmark::State& state, int64_t in_f, int64_t out_f, DType d
 }
 
 // ---- attention: Q K^T and P V, counted over the full T x T square (no causal halving):
-// forward 4 B H T^2 D flops, backward twice that ----
+// forward 4 B H T^2 D flops, backward twice that, whatever the kv heads (qkv rows are
+// (H + 2 kv) D wide) ----
 constexpr double kAttentionFwdFlops = 4.0 * kB * kH * kT * kT * kD;
 
-void BM_attention_fwd(benchmark::State& state, DType dt) {
-  Arena arena = arena_for({{dt, kN * 3 * kC}, {dt, kN * kC}, {DType::f32, kB * kH * kT * kT}});
-  Tensor qkv = arena.alloc(dt, {kB, kT, 3 * kC}), out = arena.alloc(dt, {kB, kT, kH, kD});
+void BM_attention_fwd(benchmark::State& state, int64_t kv, DType dt) {
+  const int64_t w = (kH + 2 * kv) * kD;
+  Arena arena = arena_for({{dt, kN * w}, {dt, kN * kC}, {DType::f32, kB * kH * kT * kT}});
+  Tensor qkv = arena.alloc(dt, {kB, kT, w}), out = arena.alloc(dt, {kB, kT, kH, kD});
   Tensor probs = arena.alloc(DType::f32, {kB, kH, kT, kT});
   randomize(qkv, 1.f);
-  run_timed(state, [&] { backend().attention_fwd(out, probs, qkv); });
+  run_timed(state, [&] { backend().attention_fwd(out, probs, qkv, kv); });
   report_flops(state, kAttentionFwdFlops);
 }
 
-void BM_attention_bwd(benchmark::State& state, DType dt) {
-  Arena arena = arena_for({{dt, kN * 3 * kC}, {dt, kN * 3 * kC}, {dt, kN * kC}, {dt, kN * kC},
+void BM_attention_bwd(benchmark::State& state, int64_t kv, DType dt) {
+  const int64_t w = (kH + 2 * kv) * kD;
+  Arena arena = arena_for({{dt, kN * w}, {dt, kN * w}, {dt, kN * kC}, {dt, kN * kC},
                            {DType::f32, kB * kH * kT * kT}, {DType::f32, kB * kH * kT * kT}});
-  Tensor qkv = arena.alloc(dt, {kB, kT, 3 * kC}), dqkv = arena.alloc(dt, {kB, kT, 3 * kC});
+  Tensor qkv = arena.alloc(dt, {kB, kT, w}), dqkv = arena.alloc(dt, {kB, kT, w});
   Tensor out = arena.alloc(dt, {kB, kT, kH, kD}), dout = arena.alloc(dt, {kB, kT, kH, kD});
   Tensor probs = arena.alloc(DType::f32, {kB, kH, kT, kT});
   Tensor dprobs = arena.alloc(DType::f32, {kB, kH, kT, kT});
   randomize(qkv, 1.f, 1), randomize(dout, 1e-3f, 2);
-  backend().attention_fwd(out, probs, qkv);
-  run_timed(state, [&] { backend().attention_bwd(dqkv, dprobs, dout, qkv, out, probs); });
+  backend().attention_fwd(out, probs, qkv, kv);
+  run_timed(state, [&] { backend().attention_bwd(dqkv, dprobs, dout, qkv, out, probs, kv); });
   report_flops(state, 2.0 * kAttentionFwdFlops);
+}
+
+// ---- rope, in place on the q and k heads of grouped qkv rows: those read and written ----
+void BM_rope(benchmark::State& state, DType dt) {
+  const int64_t w = (kH + 2 * kKvHeads) * kD;
+  Arena arena = arena_for({{dt, kN * w}, {DType::f32, kMaxT * kD}, {DType::i32, kN}});
+  Tensor qkv = arena.alloc(dt, {kB, kT, w}), table = arena.alloc(DType::f32, {kMaxT, kD});
+  Tensor positions = arena.alloc(DType::i32, {kN});
+  randomize(qkv, 1.f, 1), randomize(table, 1.f, 2);
+  std::vector<int32_t> pos(kN);
+  for (int64_t i = 0; i < kN; ++i) pos[i] = static_cast<int32_t>(i % kT);
+  backend().from_host(positions, pos.data());
+  run_timed(state, [&] {
+    backend().rope(qkv, table, positions, kKvHeads, RopeDirection::forward);
+  });
+  report_bytes(state, 2.0 * kN * (kH + kKvHeads) * kD * dtype_size(dt) + kT * kD * 4.0);
 }
 
 // ---- layernorm: bytes = what must be read and written once ----
@@ -156,7 +178,53 @@ void BM_layernorm_bwd(benchmark::State& state, DType dt) {
   report_bytes(state, 4.0 * kN * kC * s + kC * s + 2.0 * kN * 4 + 4.0 * kC * 4);
 }
 
+// ---- rmsnorm: bytes = what must be read and written once ----
+void BM_rmsnorm_fwd(benchmark::State& state, DType dt) {
+  const double s = dtype_size(dt);
+  Arena arena = arena_for({{dt, kN * kC}, {dt, kN * kC}, {dt, kC}, {DType::f32, kN}});
+  Tensor x = arena.alloc(dt, {kN, kC}), out = arena.alloc(dt, {kN, kC});
+  Tensor w = arena.alloc(dt, {kC}), rstd = arena.alloc(DType::f32, {kN});
+  randomize(x, 1.f, 1), randomize(w, 1.f, 2);
+  run_timed(state, [&] { backend().rmsnorm_fwd(out, rstd, x, w, 1e-5f); });
+  report_bytes(state, 2.0 * kN * kC * s + kC * s + kN * 4.0);
+}
+
+void BM_rmsnorm_bwd(benchmark::State& state, DType dt) {
+  const double s = dtype_size(dt);
+  Arena arena = arena_for({{dt, kN * kC}, {dt, kN * kC}, {dt, kN * kC}, {dt, kN * kC}, {dt, kC},
+                           {DType::f32, kC}, {DType::f32, kN}});
+  Tensor x = arena.alloc(dt, {kN, kC}), out = arena.alloc(dt, {kN, kC});
+  Tensor dout = arena.alloc(dt, {kN, kC}), dx = arena.alloc(dt, {kN, kC});
+  Tensor w = arena.alloc(dt, {kC}), dw = arena.alloc(DType::f32, {kC});
+  Tensor rstd = arena.alloc(DType::f32, {kN});
+  randomize(x, 1.f, 1), randomize(w, 1.f, 2), randomize(dout, 1e-3f, 3);
+  backend().fill(dx, 0.f), backend().fill(dw, 0.f);
+  backend().rmsnorm_fwd(out, rstd, x, w, 1e-5f);
+  run_timed(state, [&] { backend().rmsnorm_bwd(dx, dw, dout, x, w, rstd); });
+  // dout, x read; dx read and written; w, rstd read; dweight read and written.
+  report_bytes(state, 4.0 * kN * kC * s + kC * s + kN * 4.0 + 2.0 * kC * 4);
+}
+
 // ---- elementwise ----
+void BM_swiglu_fwd(benchmark::State& state, DType dt) {
+  const int64_t n = kN * kFfn;
+  Arena arena = arena_for({{dt, 2 * n}, {dt, n}});
+  Tensor gate_up = arena.alloc(dt, {kN, 2 * kFfn}), out = arena.alloc(dt, {kN, kFfn});
+  randomize(gate_up, 3.f);
+  run_timed(state, [&] { backend().swiglu_fwd(out, gate_up); });
+  report_bytes(state, 3.0 * n * dtype_size(dt));
+}
+
+void BM_swiglu_bwd(benchmark::State& state, DType dt) {
+  const int64_t n = kN * kFfn;
+  Arena arena = arena_for({{dt, 2 * n}, {dt, n}, {dt, 2 * n}});
+  Tensor gate_up = arena.alloc(dt, {kN, 2 * kFfn}), dout = arena.alloc(dt, {kN, kFfn});
+  Tensor dgate_up = arena.alloc(dt, {kN, 2 * kFfn});
+  randomize(gate_up, 3.f, 1), randomize(dout, 1e-3f, 2);
+  run_timed(state, [&] { backend().swiglu_bwd(dgate_up, dout, gate_up); });
+  report_bytes(state, 5.0 * n * dtype_size(dt));
+}
+
 void BM_gelu_bwd(benchmark::State& state, DType dt) {
   const int64_t n = kN * kFfn;
   Arena arena = arena_for({{dt, n}, {dt, n}, {dt, n}});
@@ -357,10 +425,18 @@ JUMBO_BENCH(BM_linear_bwd, fc_768x3072_f32, kC, kFfn, DType::f32);
 JUMBO_BENCH(BM_linear_bwd, fc_proj_3072x768_f32, kFfn, kC, DType::f32);
 JUMBO_BENCH(BM_linear_bwd, lm_head_768x50304_f32, kC, kVocab, DType::f32);
 JUMBO_BENCH(BM_linear_bwd, fc_768x3072_bf16, kC, kFfn, DType::bf16);
-JUMBO_BENCH(BM_attention_fwd, f32, DType::f32);
-JUMBO_BENCH(BM_attention_bwd, f32, DType::f32);
+JUMBO_BENCH(BM_attention_fwd, f32, kH, DType::f32);
+JUMBO_BENCH(BM_attention_bwd, f32, kH, DType::f32);
+JUMBO_BENCH(BM_attention_fwd, gqa_kv3_f32, kKvHeads, DType::f32);
+JUMBO_BENCH(BM_attention_bwd, gqa_kv3_f32, kKvHeads, DType::f32);
+JUMBO_BENCH(BM_rope, gqa_kv3_f32, DType::f32);
+JUMBO_BENCH(BM_rope, gqa_kv3_bf16, DType::bf16);
 JUMBO_BENCH(BM_layernorm_fwd, f32, DType::f32);
 JUMBO_BENCH(BM_layernorm_bwd, f32, DType::f32);
+JUMBO_BENCH(BM_rmsnorm_fwd, f32, DType::f32);
+JUMBO_BENCH(BM_rmsnorm_bwd, f32, DType::f32);
+JUMBO_BENCH(BM_swiglu_fwd, f32, DType::f32);
+JUMBO_BENCH(BM_swiglu_bwd, f32, DType::f32);
 JUMBO_BENCH(BM_gelu_bwd, f32, DType::f32);
 JUMBO_BENCH(BM_add, f32, DType::f32);
 JUMBO_BENCH(BM_token_embedding_fwd, f32, DType::f32);

@@ -152,9 +152,64 @@ int main() {
     const double flops = 2.0 * B * heads * T * T * d;  // causal: half of 4 B H T^2 D
     const std::string shape = fmt::format("B 4 H {} T 2048 D {} causal", heads, d);
     rows.push_back({"attention_fwd", fmt::format("flash_attn_fwd D{}", d), shape,
-                    time_it(b, [&] { b.attention_fwd(out, lse, qkv); }), flops, true});
+                    time_it(b, [&] { b.attention_fwd(out, lse, qkv, heads); }), flops, true});
     rows.push_back({"attention_bwd", fmt::format("flash_attn_bwd D{}", d), shape,
-                    time_it(b, [&] { b.attention_bwd(dqkv, delta, out, qkv, out, lse); }), 2.5 * flops, true});
+                    time_it(b, [&] { b.attention_bwd(dqkv, delta, out, qkv, out, lse, heads); }),
+                    2.5 * flops, true});
+  }
+  // Llama-family kernels at the same N x C: RMSNorm, SwiGLU over F, and for grouped-query
+  // attention H = 16 query heads in G = 4 groups of D = 128 (qkv rows of G*(R+2)*D = 3072).
+  {
+    Tensor rstd2 = alloc(f32, {N}), dg2 = alloc(f32, {C});
+    rows.push_back({"rmsnorm_fwd", "rmsnorm_fwd", "8192 x 2048",
+                    time_it(b, [&] { b.rmsnorm_fwd(y, rstd2, x, g, 1e-5f); }), 2.0 * 2 * N * C, false});
+    rows.push_back({"rmsnorm_bwd", "rmsnorm_bwd", "8192 x 2048",
+                    time_it(b, [&] { b.rmsnorm_bwd(y, dg2, x, x, g, rstd2); }), 4.0 * 2 * N * C, false});
+    Tensor gate_up = random(bf, {N, 2 * F}), dgate_up = alloc(bf, {N, 2 * F});
+    rows.push_back({"swiglu_fwd", "swiglu_fwd", "8192 x 2 x 8192",
+                    time_it(b, [&] { b.swiglu_fwd(h, gate_up); }), 3.0 * 2 * N * F, false});
+    rows.push_back({"swiglu_bwd", "swiglu_bwd", "8192 x 2 x 8192",
+                    time_it(b, [&] { b.swiglu_bwd(dgate_up, h, gate_up); }), 5.0 * 2 * N * F, false});
+    const int64_t H = 16, G = 4, D = 128, B = 4, T = 2048, W = G * (H / G + 2) * D;
+    Tensor qkv = random(bf, {B, T, W}), out = alloc(bf, {B, T, H * D});
+    Tensor lse = alloc(f32, {B, H, T, b.attention_stats_cols(T)});
+    Tensor dqkv = alloc(bf, {B, T, W}), delta = alloc(f32, {B, H, T, 1});
+    // Positions 0 .. T-1 in each row; a table of P = T rows (values do not change the work).
+    std::vector<int32_t> ramp(static_cast<size_t>(B * T));
+    for (int64_t i = 0; i < B * T; ++i) ramp[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+    Tensor positions = arena.alloc(DType::i32, {B * T});
+    b.from_host(positions, ramp.data());
+    Tensor table = random(f32, {T, D});
+    rows.push_back({"rope", "rope (q and k heads)", "N 8192, H 16 G 4 D 128",
+                    time_it(b, [&] { b.rope(qkv, table, positions, G, jumbo::RopeDirection::forward); }),
+                    2.0 * 2 * N * (H + G) * D + 4.0 * N * D, false});
+    Tensor qk_rstd = alloc(f32, {B * T, H + G}), qn_w = random(bf, {D});
+    rows.push_back({"qk_norm_fwd", "qk_norm_fwd", "N 8192, H 16 G 4 D 128",
+                    time_it(b, [&] { b.qk_norm_fwd(dqkv, qk_rstd, qkv, qn_w, qn_w, G, 1e-6f); }),
+                    2.0 * 2 * N * W, false});
+    const double flops = 2.0 * B * H * T * T * D;
+    const std::string shape = "B 4 H 16 G 4 T 2048 D 128 causal";
+    rows.push_back({"attention_fwd", "flash_attn_fwd GQA", shape,
+                    time_it(b, [&] { b.attention_fwd(out, lse, qkv, G); }), flops, true});
+    rows.push_back({"attention_bwd", "flash_attn_bwd GQA", shape,
+                    time_it(b, [&] { b.attention_bwd(dqkv, delta, out, qkv, out, lse, G); }),
+                    2.5 * flops, true});
+    // A decode step over a KV cache: 64 sequences at position 2047, H 32 in G 8 groups (Llama 3
+    // 8B's heads): each row reads its slot's cached keys and values once per group.
+    const int64_t S = 64, P = 2048, Hd = 32, Gd = 8, Wd = Gd * (Hd / Gd + 2) * D;
+    Tensor kc = random(bf, {S, Gd, P, D}), vc = random(bf, {S, Gd, P, D});
+    Tensor dq = random(bf, {S, Wd}), dout_ = alloc(bf, {S, Hd * D});
+    std::vector<int32_t> slots(static_cast<size_t>(2 * S));
+    for (int64_t i = 0; i < S; ++i) {
+      slots[static_cast<size_t>(2 * i)] = static_cast<int32_t>(i);
+      slots[static_cast<size_t>(2 * i + 1)] = static_cast<int32_t>(P - 1);
+    }
+    Tensor cache_rows = arena.alloc(DType::i32, {S, 2});
+    b.from_host(cache_rows, slots.data());
+    rows.push_back({"attention_kv_cache", "kv_cache decode GQA",
+                    "64 rows at 2047, H 32 G 8 D 128",
+                    time_it(b, [&] { b.attention_kv_cache(dout_, dq, kc, vc, cache_rows); }),
+                    2.0 * 2 * S * Gd * P * D, false});
   }
   Tensor logits = random(bf, {N, V}), mx = alloc(f32, {N}), se = alloc(f32, {N});
   Tensor targets = arena.alloc(DType::i32, {N});

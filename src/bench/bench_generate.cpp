@@ -10,6 +10,7 @@
 
 #include "jumbo/infer/engine.h"
 #include "jumbo/infer/scheduler.h"
+#include "jumbo/model/activations.h"
 #include "jumbo/model/lora.h"
 #include "jumbo/parallel/stage_plan.h"
 
@@ -71,7 +72,7 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   // Random adapters (B too: a fresh B of zeros is the same work, but a real adapter's is not).
   const LoraShape lora{.rank = o.lora_rank, .alpha = 2.0 * static_cast<double>(o.lora_rank),
                        .targets = LoraTargetSet{}};
-  const GptOptions stage = plan_stage(model, Layout{}, StepShape{.lora = lora}, GridCoords{}).model;
+  const StageOptions stage = plan_stage(model, Layout{}, StepShape{.lora = lora}, GridCoords{}).model;
   for (int64_t k = 0; k < o.adapters; ++k) {
     ParamStore store;
     for (ParamInfo& p : lora_stage_params(model, stage, 0, 1)) {
@@ -153,9 +154,20 @@ std::string describe(const GenerateBenchResult& r, const ModelConfig& model,
                      "the weights at {:.2f} GB/s = {:.0f}% of it\n",
                      r.copy_bytes_per_s / 1e9, r.batch1_bandwidth_fraction * r.copy_bytes_per_s / 1e9,
                      100 * r.batch1_bandwidth_fraction);
+  // The decoder's KV cache (model/activations.h): what each sequence holds per token, and
+  // what the engine allocated (a slot per sequence of the largest batch, context positions).
+  const int64_t kv_token = kv_cache_bytes_per_token(model, o.precision);
+  const int64_t largest_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  out += fmt::format("kv cache: {} bytes per token (2 x {} layers x {} key/value heads x {} x "
+                     "{} bytes), {:.2f} MiB allocated for {} sequences x {} positions\n",
+                     kv_token, model.layers, model.kv_head_count(), model.head_dim(),
+                     o.precision == Precision::bf16 ? 2 : 4,
+                     static_cast<double>(kv_token * largest_batch * model.context) / (1 << 20),
+                     largest_batch, model.context);
   out += nlohmann::json{{"model", model.name},
                         {"precision", to_string(o.precision)},
                         {"weight_bytes", r.weight_bytes},
+                        {"kv_cache_bytes_per_token", kv_token},
                         {"copy_bytes_per_s", r.copy_bytes_per_s},
                         {"batch1_bandwidth_fraction", r.batch1_bandwidth_fraction},
                         {"rows", rows}}

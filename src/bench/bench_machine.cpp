@@ -123,11 +123,12 @@ ComputeRates measure_compute(Backend& backend, double seconds) {
       const double flops = 6.0 * static_cast<double>(ab * at * at * heads * ad);
       // Hot: the core reads the q, k, v its layer's GEMM has just written (the backward, the
       // output and statistics of the forward or the recompute just before).
-      r.attention_forward_flops.push_back(rate_of(
-          backend, flops / 3, per_attention, [&] { backend.attention_fwd(out, stats, qkv); }));
+      r.attention_forward_flops.push_back(
+          rate_of(backend, flops / 3, per_attention,
+                  [&] { backend.attention_fwd(out, stats, qkv, heads); }));
       r.attention_backward_flops.push_back(
           rate_of(backend, flops * 2 / 3, per_attention,
-                  [&] { backend.attention_bwd(dqkv, dstats, dout, qkv, out, stats); }));
+                  [&] { backend.attention_bwd(dqkv, dstats, dout, qkv, out, stats, heads); }));
     }
   }
   r.memory_bandwidth = rate_of(backend, 12.0 * static_cast<double>(stream_elems), seconds / 6,

@@ -13,14 +13,24 @@ namespace {
 void print_model_info(const ModelConfig& m) {
   const int64_t exact = parameter_count(m);
   const double formula = parameter_count_formula(m);
-  fmt::print("model {}: {} layers, d_model {}, {} heads x {}, ffn {}, vocab {} (padded {}), "
-             "context {}\n",
-             m.name, m.layers, m.d_model, m.heads, m.head_dim(), m.ffn_dim(), m.vocab,
-             m.padded_vocab(), m.context);
+  fmt::print("model {}: {} layers, d_model {}, {} heads x {} ({} key/value heads), ffn {}, "
+             "vocab {} (padded {}), context {}\n",
+             m.name, m.layers, m.d_model, m.heads, m.head_dim(), m.kv_head_count(), m.ffn_dim(),
+             m.vocab, m.padded_vocab(), m.context);
+  fmt::print("block: {}, {} positions{}, {} MLP, {} embeddings, {}\n", to_string(m.norm),
+             to_string(m.position),
+             m.position == PositionEncoding::rope
+                 ? fmt::format(" (theta {}{})", m.rope_theta,
+                               m.rope_scaling == RopeScaling::llama3
+                                   ? fmt::format(", llama3 scaling x{}", m.rope_factor)
+                                   : "")
+                 : "",
+             to_string(m.mlp), m.tied_embeddings ? "tied" : "untied",
+             m.linear_bias ? "biases" : (m.qkv_bias ? "q/k/v biases only" : "no biases"));
   fmt::print("parameters: {} ({:.2f}B) counted from the shapes, padded vocabulary included\n",
              exact, static_cast<double>(exact) / 1e9);
-  fmt::print("parameters: {:.0f} ({:.2f}B) by 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))\n",
-             formula, formula / 1e9);
+  fmt::print("parameters: {:.0f} ({:.2f}B) by {}\n", formula, formula / 1e9,
+             parameter_count_formula_text(m));
   const double per_token = model_flops_per_token(m, m.context);
   fmt::print("model FLOPs per token (seq {}): {:.4g} = {:.2f} x parameters, by {} / (B s)\n",
              m.context, per_token, per_token / static_cast<double>(exact), kModelFlopsFormula);

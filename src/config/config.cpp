@@ -48,6 +48,11 @@ const char* to_string(CommEmulation e) {
   return "unknown";
 }
 
+const char* to_string(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
+const char* to_string(PositionEncoding p) { return p == PositionEncoding::rope ? "rope" : "learned"; }
+const char* to_string(RopeScaling r) { return r == RopeScaling::llama3 ? "llama3" : "none"; }
+const char* to_string(Mlp m) { return m == Mlp::swiglu ? "swiglu" : "gelu"; }
+
 const char* to_string(FineTune f) {
   switch (f) {
     case FineTune::none: return "none";

@@ -82,6 +82,10 @@ const Choice* choice_for() {
   else if constexpr (std::is_same_v<T, ExpectNetwork>) return choice_of<ExpectNetwork, 4>();
   else if constexpr (std::is_same_v<T, FineTune>) return choice_of<FineTune, 3>();
   else if constexpr (std::is_same_v<T, CommEmulation>) return choice_of<CommEmulation, 2>();
+  else if constexpr (std::is_same_v<T, Norm>) return choice_of<Norm, 2>();
+  else if constexpr (std::is_same_v<T, PositionEncoding>) return choice_of<PositionEncoding, 2>();
+  else if constexpr (std::is_same_v<T, RopeScaling>) return choice_of<RopeScaling, 2>();
+  else if constexpr (std::is_same_v<T, Mlp>) return choice_of<Mlp, 2>();
   else return nullptr;
 }
 
@@ -113,7 +117,14 @@ const std::vector<Section>& schema() {
        {JUMBO_FIELD(model, preset), JUMBO_FIELD(model, name), JUMBO_FIELD(model, layers),
         JUMBO_FIELD(model, d_model), JUMBO_FIELD(model, heads), JUMBO_FIELD(model, ffn),
         JUMBO_FIELD(model, vocab), JUMBO_FIELD(model, context),
-        JUMBO_FIELD(model, vocab_multiple)}},
+        JUMBO_FIELD(model, vocab_multiple), JUMBO_FIELD(model, norm),
+        JUMBO_FIELD(model, norm_eps), JUMBO_FIELD(model, position), JUMBO_FIELD(model, rope_theta),
+        JUMBO_FIELD(model, rope_scaling), JUMBO_FIELD(model, rope_factor),
+        JUMBO_FIELD(model, rope_low_freq_factor), JUMBO_FIELD(model, rope_high_freq_factor),
+        JUMBO_FIELD(model, rope_original_context), JUMBO_FIELD(model, mlp),
+        JUMBO_FIELD(model, kv_heads), JUMBO_FIELD(model, tied_embeddings),
+        JUMBO_FIELD(model, linear_bias), JUMBO_FIELD(model, qkv_bias),
+        JUMBO_FIELD(model, qk_norm)}},
       {"parallel",
        {JUMBO_FIELD(parallel, tp), JUMBO_FIELD(parallel, pp),
         JUMBO_FIELD(parallel, micro_batch), JUMBO_FIELD(parallel, zero1),

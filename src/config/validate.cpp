@@ -63,6 +63,44 @@ void check_model(const Checks& c, const ModelConfig& m) {
   c.positive("model.vocab", m.vocab);
   c.positive("model.context", m.context);
   c.positive("model.vocab_multiple", m.vocab_multiple);
+  c.require(m.kv_heads >= 0 && (m.kv_heads == 0 || m.heads % m.kv_heads == 0),
+            "model.kv_heads = {}: expected a divisor of model.heads = {} (0 for heads: "
+            "multi-head attention)", m.kv_heads, m.heads);
+  c.require(m.norm_eps > 0 && std::isfinite(m.norm_eps), "model.norm_eps = {}: expected > 0",
+            m.norm_eps);
+  if (m.position == PositionEncoding::learned) {
+    // A rope key on a learned-position model is a mistake, not something to ignore.
+    const ModelConfig defaults;
+    const std::pair<std::string, bool> rope_keys[] = {
+        {fmt::format("rope_theta = {}", m.rope_theta), m.rope_theta != defaults.rope_theta},
+        {fmt::format("rope_scaling = \"{}\"", to_string(m.rope_scaling)),
+         m.rope_scaling != defaults.rope_scaling},
+        {fmt::format("rope_factor = {}", m.rope_factor), m.rope_factor != defaults.rope_factor},
+        {fmt::format("rope_low_freq_factor = {}", m.rope_low_freq_factor),
+         m.rope_low_freq_factor != defaults.rope_low_freq_factor},
+        {fmt::format("rope_high_freq_factor = {}", m.rope_high_freq_factor),
+         m.rope_high_freq_factor != defaults.rope_high_freq_factor},
+        {fmt::format("rope_original_context = {}", m.rope_original_context),
+         m.rope_original_context != defaults.rope_original_context}};
+    for (const auto& [setting, set] : rope_keys) {
+      c.require(!set, "model.{} on a model with model.position = \"learned\": expected "
+                "model.position = \"rope\" for rotary position keys", setting);
+    }
+  } else {
+    c.require(m.head_dim() % 2 == 0, "model.position = \"rope\" with a head size of {} "
+              "(model.d_model / model.heads): expected an even head size (RoPE rotates pairs)",
+              m.head_dim());
+    c.require(m.rope_theta > 0 && std::isfinite(m.rope_theta),
+              "model.rope_theta = {}: expected > 0", m.rope_theta);
+  }
+  if (m.rope_scaling == RopeScaling::llama3) {
+    c.require(m.rope_factor >= 1 && std::isfinite(m.rope_factor),
+              "model.rope_factor = {}: expected >= 1", m.rope_factor);
+    c.require(m.rope_low_freq_factor > 0 && m.rope_high_freq_factor > m.rope_low_freq_factor,
+              "model.rope_high_freq_factor = {} with model.rope_low_freq_factor = {}: expected "
+              "0 < low < high", m.rope_high_freq_factor, m.rope_low_freq_factor);
+    c.positive("model.rope_original_context", m.rope_original_context);
+  }
 }
 
 // A layout key as the user wrote it: "parallel.virtual_stages = 2" or "--virtual-stages 2".
@@ -110,6 +148,10 @@ void check_layout(const Checks& c, const Layout& p, const ModelConfig& m, Layout
               key_of(keys, "stage_layers"), p.stage_layers.size(), sum, set("pp", p.pp), m.layers);
   }
   c.require(m.heads % p.tp == 0, "{} does not divide model.heads = {}", set("tp", p.tp), m.heads);
+  // Tensor parallelism splits whole key/value groups (Megatron's query groups).
+  c.require(m.kv_head_count() % p.tp == 0,
+            "{} does not divide model.kv_heads = {}: each tp rank holds whole key/value heads",
+            set("tp", p.tp), m.kv_head_count());
   c.require(m.ffn_dim() % p.tp == 0, "{} does not divide the ffn width {}", set("tp", p.tp),
             m.ffn_dim());
   c.require(p.pp <= m.layers, "{} exceeds model.layers = {}: every pipeline stage needs a layer",
@@ -297,8 +339,15 @@ void check_finetune(const Checks& c, const RunConfig& cfg) {
             "finetune.lora_rank = {}: expected 1 .. model.d_model = {}", f.lora_rank,
             cfg.model.d_model);
   c.require(f.lora_alpha > 0, "finetune.lora_alpha = {}: expected > 0", f.lora_alpha);
-  c.require(parse_lora_targets(f.lora_targets).has_value(), "finetune.lora_targets = \"{}\": expected {}",
+  const std::optional<LoraTargetSet> targets = parse_lora_targets(f.lora_targets);
+  c.require(targets.has_value(), "finetune.lora_targets = \"{}\": expected {}",
             f.lora_targets, kLoraTargetChoices);
+  // SwiGLU's gate and up maps are two column-parallel maps packed as one: an adapter over both
+  // would not split by tp as one tensor (each rank holds a slice of each), so none is built.
+  c.require(cfg.model.mlp != Mlp::swiglu || !targets->has(LoraTarget::fc1),
+            "finetune.lora_targets = \"{}\" with model.mlp = \"swiglu\": expected no fc1 "
+            "(adapters on SwiGLU's gate and up maps are not built; qkv, proj and fc2 are)",
+            f.lora_targets);
   c.require(!cfg.train.init_from.empty() || cfg.checkpoint.resume != "none",
             "finetune.method = \"lora\" but train.init_from is empty: LoRA trains adapters on "
             "a trained model's weights (set train.init_from to its checkpoint)");

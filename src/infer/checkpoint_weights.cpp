@@ -10,6 +10,6 @@
 
 namespace jumbo {
 
-TensorListing gpt_tensor_listing() { return {gpt_tensor_before, gpt_tensor_real_shape}; }
+TensorListing gpt_tensor_listing() { return {model_tensor_before, model_tensor_real_shape}; }
 
 }  // namespace jumbo

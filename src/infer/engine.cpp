@@ -168,8 +168,7 @@ GenerationEngine::GenerationEngine(const ModelConfig& model, const EngineOptions
       world_(world),
       stage_(world, model_, layout_, StepShape{.precision = opts.precision}) {
   if (opts_.sampled_vocab <= 0 || opts_.sampled_vocab > model_.vocab) opts_.sampled_vocab = model_.vocab;
-  decoder_ = std::make_unique<GptDecoder>(model_, stage_.options(), opts.shape, backend_,
-                                          stage_.groups().tp);
+  decoder_ = make_decode_stage(model_, stage_.options(), opts.shape, backend_, stage_.groups().tp);
   if (stage_.grid().last_stage()) {
     const int64_t s = decoder_->shape().max_sampled, vl = decoder_->vocab_local();
     gather_arena_ = backend_.device().make_arena(
@@ -229,7 +228,7 @@ LoraShape GenerationEngine::install_adapter(int32_t slot, const std::string& pat
     throw UserError(fmt::format("{}: LoRA rank {} is above --max-lora-rank {}", where,
                                 m.lora.rank, shape.max_lora_rank));
   }
-  GptOptions own = stage_.options();
+  StageOptions own = stage_.options();
   own.lora = m.lora;
   ParamStore store;
   for (ParamInfo& p : lora_stage_params(model_, own, stage_.grid().tp_rank(),

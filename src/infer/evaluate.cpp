@@ -101,12 +101,12 @@ Evaluator::Evaluator(const ModelConfig& model, const EvalLayout& layout, int64_t
       microbatches_per_run_(4 * layout.pp),
       stage_(world, model_, parallel_,
              eval_shape(layout, parallel_.dp, seq, microbatches_per_run_)) {
-  gpt_ = std::make_unique<GptModel>(model_, stage_.options(), backend_, stage_.groups().tp);
-  runner_ = std::make_unique<PipelineRunner>(*gpt_, stage_.groups().pp, stage_.plan());
+  model_stage_ = make_model_stage(model_, stage_.options(), backend_, stage_.groups().tp);
+  runner_ = std::make_unique<PipelineRunner>(*model_stage_, stage_.groups().pp, stage_.plan());
 }
 
 void Evaluator::load(const ResolvedCheckpoint& ckpt) {
-  load_weights(ckpt, gpt_->params(), backend_, stage_.grid().dp());
+  load_weights(ckpt, model_stage_->params(), backend_, stage_.grid().dp());
   base_ = ckpt.manifest;
   base_where_ = ckpt.storage->url(ckpt.dir);
 }
@@ -117,7 +117,7 @@ void Evaluator::load_adapter(const ResolvedCheckpoint& adapter) {
   if (!(adapter.manifest.lora == layout_.lora)) {
     throw std::logic_error("Evaluator: built for another LoRA shape than the adapter's");
   }
-  load_weights(adapter, gpt_->trained_params(), backend_, stage_.grid().dp());
+  load_weights(adapter, model_stage_->trained_params(), backend_, stage_.grid().dp());
 }
 
 void Evaluator::score(const WindowSource& source,

@@ -17,7 +17,7 @@
 
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/infer/checkpoint_weights.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 
 namespace jumbo {
 
@@ -92,7 +92,7 @@ nlohmann::ordered_json gpt2_config(const ModelConfig& m, int32_t eos, const std:
   j["n_inner"] = m.ffn_dim() == 4 * m.d_model ? nlohmann::ordered_json()
                                                : nlohmann::ordered_json(m.ffn_dim());
   j["activation_function"] = "gelu_new";  // GELU's tanh approximation, as jumbo's kernels
-  j["layer_norm_epsilon"] = as_written(GptOptions{}.layernorm_eps);
+  j["layer_norm_epsilon"] = as_written(static_cast<float>(ModelConfig{}.norm_eps));
   j["resid_pdrop"] = 0.0;  // jumbo trains without dropout
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;

@@ -28,7 +28,7 @@
 #include "jumbo/infer/export_hf.h"
 #include "jumbo/infer/whole_checkpoint.h"
 #include "jumbo/model/checkpoint_names.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 #include "jumbo/parallel/stage_plan.h"
 #include "jumbo/plan/storage.h"
 
@@ -136,7 +136,7 @@ ModelConfig read_gpt2_config(const std::string& dir) {
   }
   if (r.has("layer_norm_epsilon")) {
     const json& eps = r.at("layer_norm_epsilon");
-    const float jumbo_eps = GptOptions{}.layernorm_eps;
+    const float jumbo_eps = static_cast<float>(ModelConfig{}.norm_eps);
     if (!eps.is_number() || static_cast<float>(eps.get<double>()) != jumbo_eps) {
       throw UserError(fmt::format("{}: layer_norm_epsilon = {}: expected {} (jumbo's LayerNorm "
                                   "epsilon is fixed)", where, eps.dump(), jumbo_eps));
@@ -346,7 +346,7 @@ std::map<std::string, const StoredTensor*> match_tensors(const SafetensorsFile& 
     if (used.count(key) || is_attention_buffer(key)) continue;
     if (key == "lm_head.weight") {
       // transformers saves the tied head too; jumbo's head is wte, so it must be wte.
-      const StoredTensor& wte = *by_jumbo_name.at(kGptWordEmbedding);
+      const StoredTensor& wte = *by_jumbo_name.at(kWordEmbedding);
       bool tied = s.shape == wte.shape && s.dtype != HfDtype::other &&
                   s.bytes == shape_numel(s.shape) * (s.dtype == HfDtype::f32 ? 4 : 2);
       for (int64_t i = 0, n = shape_numel(wte.shape); tied && i < n; ++i) {

@@ -7,7 +7,7 @@
 
 namespace jumbo {
 
-bool gpt_tensor_before(const std::string& a, const std::string& b) {
+bool model_tensor_before(const std::string& a, const std::string& b) {
   auto key = [](const std::string& n) {
     int group = 2;
     long long layer = -1;
@@ -26,11 +26,11 @@ bool gpt_tensor_before(const std::string& a, const std::string& b) {
   return key(a) < key(b);
 }
 
-std::vector<int64_t> gpt_tensor_real_shape(const ModelConfig& model, const std::string& name,
+std::vector<int64_t> model_tensor_real_shape(const ModelConfig& model, const std::string& name,
                                            const std::vector<int64_t>& stored,
                                            const std::string& where) {
   std::vector<int64_t> shape = stored;
-  if (name == kGptWordEmbedding && !shape.empty()) {
+  if ((name == kWordEmbedding || name == kUntiedHead) && !shape.empty()) {
     if (model.vocab <= 0 || model.vocab > shape[0]) {
       throw UserError(fmt::format("{}: {} has {} rows, fewer than model.vocab = {}", where, name,
                                   shape[0], model.vocab));

@@ -44,7 +44,7 @@ void TensorParallelRegion::gather(Tensor part, Tensor full) {
 }
 
 bool CausalAttention::forward(Backend& backend, LayerTensors& t) {
-  backend.attention_fwd(t.atty, t.probs, t.qkv, positions);
+  backend.attention_fwd(t.atty, t.probs, t.qkv, kv_heads, positions);
   return true;
 }
 
@@ -61,9 +61,9 @@ bool KvCacheAttention::forward(Backend& backend, LayerTensors& t) {
   t.input = t.residual2 = t.residual3 = keep_.input.rows(0, n);
   t.atty = keep_.atty.rows(0, n);
   t.lora_rows = keep_.lora_rows;
-  for (Tensor* later : {&t.ln2, &t.ln2_full, &t.ln2_mean, &t.ln2_rstd, &t.fch, &t.fch_gelu,
+  for (Tensor* later : {&t.ln2, &t.ln2_full, &t.ln2_mean, &t.ln2_rstd, &t.fch, &t.fch_act,
                         &t.proj_full, &t.proj_part}) {
-    *later = later->rows(0, n);
+    if (!later->empty()) *later = later->rows(0, n);  // RMSNorm keeps no mean
   }
   return true;
 }
@@ -129,37 +129,62 @@ void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget tar
   }
 }
 
-void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
+void norm_forward(const LayerContext& ctx, int weight, int bias, Tensor out, Tensor mean,
+                  Tensor rstd, Tensor x) {
+  if (ctx.spec.norm == Norm::rmsnorm) {
+    ctx.backend.rmsnorm_fwd(out, rstd, x, ctx.weight(weight), ctx.spec.norm_eps);
+  } else {
+    ctx.backend.layernorm_fwd(out, mean, rstd, x, ctx.weight(weight), ctx.weight(bias),
+                              ctx.spec.norm_eps);
+  }
+}
+
+void transformer_layer_forward(const LayerContext& ctx, const LayerParams& p,
                                CoreAttention& attention, LayerTensors t) {
   Backend& be = ctx.backend;
   TensorParallelRegion& tp = ctx.tp;
-  auto W = [&](int i) { return ctx.params.weight(i); };
-  // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
-  be.layernorm_fwd(t.ln1, t.ln1_mean, t.ln1_rstd, t.input, W(p.ln1_w), W(p.ln1_b),
-                   ctx.layernorm_eps);
+  auto W = [&](int i) { return ctx.weight(i); };
+  // Attention: residual2 = input + proj(attn(rope?(qkv(ln1(input)))))
+  norm_forward(ctx, p.ln1_w, p.ln1_b, t.ln1, t.ln1_mean, t.ln1_rstd, t.input);
   tp.gather(t.ln1, t.ln1_full);
-  be.linear_fwd(t.qkv, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
-  lora_forward(ctx, t, LoraTarget::qkv, p.lora, t.ln1_full, t.qkv, t.lora_h[0]);
+  // With qk-norm the map writes qkv_raw, and the norm of its q and k heads qkv.
+  const Tensor qkv_out = ctx.spec.qk_norm ? t.qkv_raw : t.qkv;
+  be.linear_fwd(qkv_out, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
+  lora_forward(ctx, t, LoraTarget::qkv, p.lora, t.ln1_full, qkv_out, t.lora_h[0]);
+  if (ctx.spec.qk_norm) {
+    be.qk_norm_fwd(t.qkv, t.qk_rstd, t.qkv_raw, W(p.q_norm_w), W(p.k_norm_w),
+                   ctx.spec.kv_heads_local(), ctx.spec.norm_eps);
+  }
+  if (ctx.spec.rope()) {
+    be.rope(t.qkv, ctx.rope_table, ctx.rope_positions, ctx.spec.kv_heads_local(),
+            RopeDirection::forward);
+  }
   if (!attention.forward(be, t)) return;
   be.linear_fwd(t.proj_full, t.atty, W(p.proj_w), tp.row_parallel_bias(W(p.proj_b)));
   lora_forward(ctx, t, LoraTarget::proj, p.lora, t.atty, t.proj_full, t.lora_h[1]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual2, t.input, t.proj_part);
-  // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
-  be.layernorm_fwd(t.ln2, t.ln2_mean, t.ln2_rstd, t.residual2, W(p.ln2_w), W(p.ln2_b),
-                   ctx.layernorm_eps);
+  // MLP: residual3 = residual2 + fc2(act(fc1(ln2(residual2))))
+  norm_forward(ctx, p.ln2_w, p.ln2_b, t.ln2, t.ln2_mean, t.ln2_rstd, t.residual2);
   tp.gather(t.ln2, t.ln2_full);
-  bool fc1_adapted = false;  // the adapter joins before the GELU
-  for (const LoraRows& range : t.lora_rows) fc1_adapted |= range.adapter->targets.has(LoraTarget::fc1);
-  if (fc1_adapted && p.lora.has(LoraTarget::fc1)) {
-    be.linear_fwd(t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+  if (ctx.spec.swiglu()) {  // gate and up in one GEMM over the packed pair
+    const Tensor bias = p.fc1_b >= 0 ? ctx.params.joined_weights(p.fc1_b, p.up_b) : Tensor{};
+    be.linear_fwd(t.fch, t.ln2_full, ctx.params.joined_weights(p.fc1_w, p.up_w), bias);
     lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch, t.lora_h[2]);
-    be.gelu_fwd(t.fch_gelu, t.fch);
+    be.swiglu_fwd(t.fch_act, t.fch);
   } else {
-    be.linear_gelu_fwd(t.fch_gelu, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+    bool fc1_adapted = false;  // the adapter joins before the GELU
+    for (const LoraRows& range : t.lora_rows) fc1_adapted |= range.adapter->targets.has(LoraTarget::fc1);
+    if (fc1_adapted && p.lora.has(LoraTarget::fc1)) {
+      be.linear_fwd(t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+      lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch, t.lora_h[2]);
+      be.gelu_fwd(t.fch_act, t.fch);
+    } else {
+      be.linear_gelu_fwd(t.fch_act, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
+    }
   }
-  be.linear_fwd(t.proj_full, t.fch_gelu, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
-  lora_forward(ctx, t, LoraTarget::fc2, p.lora, t.fch_gelu, t.proj_full, t.lora_h[3]);
+  be.linear_fwd(t.proj_full, t.fch_act, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
+  lora_forward(ctx, t, LoraTarget::fc2, p.lora, t.fch_act, t.proj_full, t.lora_h[3]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual3, t.residual2, t.proj_part);
 }
@@ -167,12 +192,11 @@ void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
 void head_logits_forward(const LayerContext& ctx, const HeadParams& p, const HeadTensors& t,
                          Tensor x, int64_t vocab_valid) {
   Backend& be = ctx.backend;
-  be.layernorm_fwd(t.lnf, t.lnf_mean, t.lnf_rstd, x, ctx.params.weight(p.lnf_w),
-                   ctx.params.weight(p.lnf_b), ctx.layernorm_eps);
+  norm_forward(ctx, p.lnf_w, p.lnf_b, t.lnf, t.lnf_mean, t.lnf_rstd, x);
   ctx.tp.gather(t.lnf, t.lnf_full);
-  // Tied head: this rank's vocabulary slice only (vocab-parallel, no gathered logits).
+  // This rank's vocabulary slice only (vocab-parallel, no gathered logits).
   be.linear_fwd(t.logits, t.lnf_full.view({t.logits.dim(0), t.lnf_full.dim(-1)}),
-                ctx.params.weight(p.wte), Tensor{});
+                ctx.params.weight(p.head), Tensor{});
   be.fill_columns(t.logits, vocab_valid, -INFINITY);
 }
 

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "jumbo/model/spec.h"
+
 namespace jumbo {
 namespace {
 
@@ -34,12 +36,13 @@ std::string lora_base_name(int64_t layer, LoraTarget target) {
   return fmt::format("layers.{}.{}.weight", layer, map_name(target));
 }
 
-std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const GptOptions& opts,
+std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const StageOptions& opts,
                                          int64_t tp_rank, int64_t tp_size) {
   std::vector<ParamInfo> out;
   const LoraShape& lora = opts.lora;
   if (lora.rank <= 0) return out;
-  const int64_t r = lora.rank, c = cfg.d_model, f = cfg.ffn_dim();
+  const ModelSpec m = model_spec(cfg, tp_size);
+  const int64_t r = lora.rank, c = m.d_model, f = m.ffn;
   const int64_t num_layers = opts.num_layers < 0 ? cfg.layers - opts.first_layer : opts.num_layers;
   for (int64_t chunk = 0; chunk < opts.chunks; ++chunk) {
     const int64_t first = opts.first_layer + chunk * opts.chunk_stride;
@@ -47,8 +50,10 @@ std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const GptOption
       for (LoraTarget t : kLoraTargets) {
         if (!lora.targets.has(t)) continue;
         const bool row_parallel = t == LoraTarget::proj || t == LoraTarget::fc2;
-        const int64_t in = t == LoraTarget::fc2 ? f : c;
-        const int64_t outs = t == LoraTarget::qkv ? 3 * c : t == LoraTarget::fc1 ? f : c;
+        const int64_t in = t == LoraTarget::fc2 ? f : t == LoraTarget::proj ? m.attn_width() : c;
+        const int64_t outs = t == LoraTarget::qkv   ? m.qkv_width()
+                             : t == LoraTarget::fc1 ? m.up_width()
+                                                    : c;
         const float a_std = 1.0f / std::sqrt(static_cast<float>(in));
         if (row_parallel) {  // A by input columns, B whole
           const int64_t in_local = in / tp_size;
@@ -71,7 +76,7 @@ std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const GptOption
   return out;
 }
 
-std::vector<LoraLayerParams> lora_layer_index(const GptOptions& opts) {
+std::vector<LoraLayerParams> lora_layer_index(const StageOptions& opts) {
   std::vector<LoraLayerParams> out;
   if (opts.lora.rank <= 0) return out;
   int next = 0;

@@ -8,8 +8,13 @@ namespace jumbo {
 
 int ParamStore::add(ParamInfo info) {
   if (weights_) throw std::logic_error("ParamStore::add after allocate");
+  if (info.packed_with_previous) {
+    if (params_.empty()) throw std::logic_error("ParamStore::add: nothing to pack " + info.name + " after");
+    const ParamInfo& prev = params_.back();
+    total_ = prev.flat_offset + prev.numel();
+  }
   info.flat_offset = total_;
-  // Keep every tensor 64-byte aligned inside the flat buffers.
+  // Keep every tensor 64-byte aligned inside the flat buffers (a packed pair as one).
   total_ += (info.numel() + 15) / 16 * 16;
   params_.push_back(std::move(info));
   return static_cast<int>(params_.size() - 1);
@@ -72,6 +77,29 @@ Tensor ParamStore::shaped(void* base, DType t, int i) const {
 }
 
 Tensor ParamStore::grad(int i) const { return shaped(grads_, DType::f32, i); }
+
+Tensor ParamStore::joined(void* base, DType t, int first, int last) const {
+  Tensor head = shaped(base, t, first);
+  if (last < 0 || last == first || head.empty()) return head;
+  int64_t rows = head.dim(0);
+  for (int i = first + 1; i <= last; ++i) {
+    const ParamInfo& p = params_[i];
+    if (!p.packed_with_previous || static_cast<int>(p.slice.shape.size()) != head.ndim ||
+        (head.ndim == 2 && p.slice.shape[1] != head.dim(1))) {
+      throw std::logic_error("ParamStore::joined: " + p.name + " is not packed after " +
+                             params_[i - 1].name);
+    }
+    rows += p.slice.shape[0];
+  }
+  if (head.ndim == 1) return Tensor(head.data, t, {rows}, device_);
+  return Tensor(head.data, t, {rows, head.dim(1)}, device_);
+}
+Tensor ParamStore::joined_weights(int first, int last) const {
+  return joined(weights_, compute_dtype_, first, last);
+}
+Tensor ParamStore::joined_grads(int first, int last) const {
+  return joined(grads_, DType::f32, first, last);
+}
 Tensor ParamStore::weight(int i) const { return shaped(weights_, compute_dtype_, i); }
 
 ParamInfo make_param(std::string name, std::vector<int64_t> global, std::vector<int64_t> offset,

@@ -7,7 +7,7 @@
 
 namespace jumbo {
 
-PipelineRunner::PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan)
+PipelineRunner::PipelineRunner(ModelStage& model, Comm& pp, const StagePlan& plan)
     : model_(model),
       pp_(pp),
       stages_(pp.size()),

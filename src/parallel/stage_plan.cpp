@@ -4,13 +4,17 @@
 #include <cstdlib>
 
 #include "jumbo/model/lora.h"
+#include "jumbo/model/spec.h"
 
 namespace jumbo {
 
 std::vector<int64_t> balance_stage_layers(const ModelConfig& m, int64_t pp) {
   std::vector<int64_t> layers(pp, 1);
   std::vector<double> cost(pp, 1.0);
-  const double ends = static_cast<double>(m.padded_vocab()) / (12.0 * static_cast<double>(m.d_model));
+  // The embedding (first stage) and the head (last) as V h / M layers, M a layer's weight-matrix
+  // elements (model/spec.h): V / (12 h) for GPT's 12 h^2.
+  const double ends = static_cast<double>(m.padded_vocab()) * static_cast<double>(m.d_model) /
+                      static_cast<double>(model_spec(m).layer_matrix_params());
   cost.front() += ends;
   cost.back() += ends;
   for (int64_t left = m.layers - pp; left > 0; --left) {
@@ -70,7 +74,7 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
   plan.schedule = pipeline_schedule(pp, stage, static_cast<int>(plan.microbatches), v);
   plan.eval_microbatches = shape.eval_microbatches;
 
-  GptOptions& o = plan.model;
+  StageOptions& o = plan.model;
   o.micro_batch = layout.micro_batch;
   o.seq = shape.seq > 0 ? shape.seq : model.context;
   o.compute_dtype = compute_dtype_of(shape.precision);
@@ -91,10 +95,10 @@ StagePlan plan_stage(const ModelConfig& model, const Layout& layout, const StepS
   o.lora_dropout = shape.lora_dropout;
 
   for (ParamInfo& info : o.lora.rank > 0 ? lora_stage_params(model, o, at.tp_rank, layout.tp)
-                                         : gpt_stage_params(model, o, at.tp_rank, layout.tp)) {
+                                         : stage_params(model, o, at.tp_rank, layout.tp)) {
     plan.params.add(std::move(info));
   }
-  plan.params.pad_to(layout.dp);  // as GptModel pads its flat buffers for dp shards
+  plan.params.pad_to(layout.dp);  // as TransformerStage pads its flat buffers for dp shards
   plan.zero1 = layout.zero1_active();
   if (layout.dp > 1) {
     plan.buckets = dp_buckets(plan.params.total_numel(), layout.dp, layout.bucket_size);

@@ -8,7 +8,9 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
+#include "jumbo/model/activations.h"
 #include "jumbo/model/flops.h"
+#include "jumbo/model/spec.h"
 #include "jumbo/parallel/stage_plan.h"
 
 namespace jumbo {
@@ -28,8 +30,14 @@ double runtime_bytes(PlanDevice device, int64_t world) {
 
 namespace {
 
+// Widths of one tp rank, from the model's spec (model/spec.h).
 struct Shape {
-  double b, s, sp, c, cl, fl, hl, vl;  // sp: sequence part this rank holds in norm regions
+  double b, s, sp, c;  // sp: sequence part this rank holds in norm regions
+  double qkv, attn;    // q k v (grouped-query attention: (heads + 2 kv_heads) D / t), o's input
+  double up, ffn;      // the up projection's output (SwiGLU: gate and up) and the MLP's hidden
+  double hl, vl;       // query heads, vocabulary columns
+  double norm_stats;   // f32 values per row a norm keeps: LayerNorm's mean and rstd, RMSNorm's rstd
+  double qk_heads;     // qk-norm: the q and k heads normed per row (their rstd), 0 without
   // LoRA: the r-wide intermediates x A^T of a layer's adapters, r x targets, 0 without. Each
   // is over the whole sequence on every tp rank (a column-parallel map's input is gathered,
   // a row-parallel one's partial x A^T all-reduced); B's gradient reads it. The adapters'
@@ -37,65 +45,25 @@ struct Shape {
   double adapter_width;
 };
 
-// CPU backend: the tensors GptModel::layout_activations allocates, by name. t is the
-// compute dtype's size; attention probabilities and layernorm statistics are f32.
-double cpu_layer_bytes(const Shape& x, double t, bool sp, bool core_attention) {
-  const double full_copy = sp ? x.b * x.s * x.c * t : 0;  // ln*_full when sequence parallel
-  double bytes = 0;
-  bytes += 2 * (x.b * x.sp * x.c * t + full_copy + 2 * x.b * x.sp * 4);  // ln1, ln2 (+ stats)
-  bytes += x.b * x.s * 3 * x.cl * t;                                   // qkv
-  if (core_attention) bytes += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;  // atty, probs
-  bytes += 2 * x.b * x.sp * x.c * t;                                   // residual2, residual3
-  bytes += 2 * x.b * x.s * x.fl * t;                                   // fch, fch_gelu
-  bytes += x.b * x.s * x.adapter_width * t;                            // LoRA's x A^T
-  return bytes;
-}
-
-double cpu_activations(const Shape& x, const Layout& l, double t, bool first, bool last,
-                       int64_t layers, int64_t slots, int64_t chunks, int64_t losses_recorded) {
-  const bool sp = l.sequence_parallel_active();
-  const double part = x.b * x.sp * x.c * t, full = x.b * x.s * x.c * t;
-  const double n = x.b * x.s;
-  // Per slot: token ids, the stage input and (without the embedding) its gradient.
-  double slot = 2 * n * 4 + part + ((!first || chunks > 1) ? part : 0);
-  double shared = 0;
-  if (l.recompute == Recompute::full) {
-    slot += layers * part;  // each layer's output (the next one's input)
-    shared += cpu_layer_bytes(x, t, sp, true);
-  } else if (l.recompute == Recompute::selective) {
-    slot += layers * cpu_layer_bytes(x, t, sp, false);
-    shared += x.b * x.s * x.cl * t + x.b * x.hl * x.s * x.s * 4;
-  } else {
-    slot += layers * cpu_layer_bytes(x, t, sp, true);
-  }
-  double bytes = slot * static_cast<double>(slots) + shared;
-  if (last) {  // final norm, logits, cross-entropy parts, the step's recorded losses
-    bytes += part + (sp ? full : 0) + 2 * x.b * x.sp * 4 + n * x.vl * t + 4 * n * 4 +
-             4 * n * static_cast<double>(losses_recorded);
-  }
-  // Backward buffers shared by all layers: proj_out, dresidual, dln, datty, dqkv, dfch,
-  // dfch_gelu, dprobs, and the sequence-parallel staging copies.
-  bytes += full + part + full + x.b * x.s * x.cl * t + x.b * x.s * 3 * x.cl * t +
-           2 * x.b * x.s * x.fl * t + x.b * x.hl * x.s * x.s * 4;
-  if (sp) bytes += part + full + part + full + (first ? full : 0);
-  return bytes;
-}
-
 // GPU (bf16, flash attention, no dropout): per layer and microbatch a layer keeps its input
-// and the two norms' inputs... 32 s b h / t bytes with sequence parallelism: layer input,
-// ln1 output, q k v, attention output, residual, ln2 output (2 each), fc1 and GELU outputs
-// (8 each, ffn = 4h), plus f32 norm statistics and the attention's log-sum-exp. Without
-// sequence parallelism the 8 s b h of norm regions are not divided by t.
+// and the two norms' inputs... 32 s b h / t bytes for GPT with sequence parallelism: layer
+// input, ln1 output, residual, ln2 output (2 each, norm regions), q k v (3h / t), attention
+// output (h / t), fc1 and GELU outputs (4h / t each), plus f32 norm statistics and the
+// attention's log-sum-exp. From the spec: q k v are (H + 2G) D / t wide, SwiGLU's up output
+// 2f / t and its product f / t, RMSNorm keeps rstd alone. Without sequence parallelism the
+// 8 s b h of norm regions are not divided by t.
 double gpu_layer_bytes(const Shape& x) {
   const double norm_regions = 4 * 2 * x.b * x.sp * x.c;                 // input, ln1, resid, ln2
-  const double tp_regions = x.b * x.s * (3 * x.cl + x.cl) * 2 + 2 * x.b * x.s * x.fl * 2;
-  const double stats = 2 * 2 * x.b * x.sp * 4 + x.b * x.hl * x.s * 4;   // norm mean/rstd, LSE
+  const double tp_regions = x.b * x.s * (x.qkv + x.attn) * 2 + x.b * x.s * (x.up + x.ffn) * 2;
+  const double stats = 2 * x.norm_stats * x.b * x.sp * 4 + x.b * x.hl * x.s * 4;  // norms, LSE
   const double adapters = 2 * x.b * x.s * x.adapter_width;              // LoRA's x A^T
-  return norm_regions + tp_regions + stats + adapters;
+  // qk-norm: q k v before the heads' norm (its backward's input) and each head's rstd.
+  const double qk_norm = x.qk_heads > 0 ? x.b * x.s * (x.qkv * 2 + x.qk_heads * 4) : 0;
+  return norm_regions + tp_regions + stats + adapters + qk_norm;
 }
 
-double gpu_activations(const Shape& x, const Layout& l, bool last, int64_t layers,
-                       int64_t slots) {
+double gpu_activations(const Shape& x, const ModelSpec& spec, const Layout& l, bool last,
+                       int64_t layers, int64_t slots) {
   const double part = 2 * x.b * x.sp * x.c;
   double per_microbatch =
       l.recompute == Recompute::full ? layers * part : layers * gpu_layer_bytes(x);
@@ -108,6 +76,9 @@ double gpu_activations(const Shape& x, const Layout& l, bool last, int64_t layer
   if (last) bytes += x.b * x.s * x.vl * (2 + 4) + 2 * part;
   // Pipeline send and receive buffers, both directions.
   if (l.pp > 1) bytes += 4 * part;
+  // RoPE: the f32 [context, head_dim] table of cos and sin, and the i32 positions of a
+  // microbatch's rows, once per stage.
+  if (spec.rope()) bytes += 4 * static_cast<double>(spec.rope_table_elements()) + 4 * x.b * x.s;
   return bytes;
 }
 
@@ -144,15 +115,20 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
 
   const int64_t seq = plan.model.seq;
   const bool sp = l.sequence_parallel_active();
+  const ModelSpec spec = model_spec(m, l.tp);
   Shape x{};
   x.b = static_cast<double>(l.micro_batch);
   x.s = static_cast<double>(seq);
   x.sp = sp ? x.s / static_cast<double>(l.tp) : x.s;
-  x.c = static_cast<double>(m.d_model);
-  x.cl = x.c / static_cast<double>(l.tp);
-  x.fl = static_cast<double>(m.ffn_dim()) / static_cast<double>(l.tp);
-  x.hl = static_cast<double>(m.heads) / static_cast<double>(l.tp);
+  x.c = static_cast<double>(spec.d_model);
+  x.qkv = static_cast<double>(spec.qkv_local());
+  x.attn = static_cast<double>(spec.attn_local());
+  x.up = static_cast<double>(spec.up_local());
+  x.ffn = static_cast<double>(spec.ffn_local());
+  x.hl = static_cast<double>(spec.heads_local());
   x.vl = static_cast<double>(m.padded_vocab(l.tp)) / static_cast<double>(l.tp);
+  x.norm_stats = spec.norm_has_bias() ? 2 : 1;
+  x.qk_heads = spec.qk_norm ? static_cast<double>(spec.heads_local() + spec.kv_heads_local()) : 0;
   x.adapter_width = lora ? static_cast<double>(t.lora.rank * t.lora.targets.count()) : 0;
 
   // Interleaved stages hold chunk-microbatches of layers / v layers each.
@@ -165,25 +141,28 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& m, const Layout& l, cons
   e.grads = 4 * n;
   e.optimizer = (bf16 ? 12 : 8) * n / (zero1 ? dp : 1);
   if (t.device == PlanDevice::gpu) {
-    e.activations = gpu_activations(x, l, stage == l.pp - 1, layers_per_slot, e.in_flight);
+    e.activations = gpu_activations(x, spec, l, stage == l.pp - 1, layers_per_slot, e.in_flight);
     e.workspace = runtime_bytes(PlanDevice::gpu, l.world_size());
   } else {
     const double t_size = bf16 ? 2 : 4;
-    e.activations = cpu_activations(x, l, t_size, stage == 0, stage == l.pp - 1,
-                                    layers_per_slot, e.in_flight, plan.layers.chunks,
-                                    plan.model.losses_per_read);
-    // bf16 GEMM operands are widened to f32 in scratch sized by the largest GEMM.
+    // What TransformerStage::layout_activations allocates for this stage (model/activations.h), on
+    // the CPU with S x S attention probabilities; with LoRA, its adapters' tensors too.
+    StageOptions o = plan.model;
+    if (lora) o.lora = LoraShape{.rank = t.lora.rank, .alpha = 0, .targets = t.lora.targets};
+    e.activations = static_cast<double>(stage_activation_bytes(m, o, l.tp, seq));
+    // bf16 GEMM operands are widened to f32 in scratch sized by the largest GEMM: its widest
+    // side (every weight is c by one of the widths here) over the microbatch's rows.
     double scratch = 0;
     if (bf16) {
       const double rows = x.b * x.s;
-      const double widest = std::max({x.c, x.fl, x.vl, 3 * x.cl});
+      const double widest = std::max({x.c, x.qkv, x.attn, x.up, x.ffn, x.vl});
       const double matrix = widest * x.c;
       scratch = 4 * (2 * rows * widest + 2 * std::max(matrix, rows * widest));
     }
     // The linear kernel for tens to hundreds of rows keeps its input panels in scratch
-    // (the widest input: the MLP's second GEMM or the model width).
-    scratch += static_cast<double>(
-        cpu_linear_scratch_bytes(static_cast<int64_t>(x.b * x.s), static_cast<int64_t>(std::max(x.c, x.fl))));
+    // (the widest input: the model width, the attention's output or the MLP's hidden).
+    scratch += static_cast<double>(cpu_linear_scratch_bytes(
+        static_cast<int64_t>(x.b * x.s), static_cast<int64_t>(std::max({x.c, x.attn, x.ffn}))));
     // The rings reduce and gather in place through one staging piece per communicator,
     // resident as far as its largest message: the data-parallel one a rank's block of the
     // largest gradient bucket (f32), the tp one (sequence parallelism's reduce-scatters) a

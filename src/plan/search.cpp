@@ -9,7 +9,9 @@
 #include <tuple>
 #include <utility>
 
+#include "jumbo/model/activations.h"
 #include "jumbo/model/flops.h"
+#include "jumbo/model/spec.h"
 #include "jumbo/parallel/pipeline_schedule.h"
 #include "jumbo/parallel/stage_plan.h"
 
@@ -39,6 +41,36 @@ std::string short_amount(double x) {
 std::string short_days(double d) { return fmt::format("{:.{}f}", d, d >= 1 ? 1 : 3); }
 
 }  // namespace
+
+LayerElementwise layer_elementwise_values(const ModelConfig& m) {
+  const ModelSpec spec = model_spec(m);
+  const double h = static_cast<double>(spec.d_model);
+  const double ffn_share = static_cast<double>(spec.ffn) / h;
+  LayerElementwise v;
+  // Each norm 2 forward (x read, y written) and 6 backward (x and dy read for dx, which is
+  // read and written, and again for the weight's gradient), LayerNorm's and RMSNorm's alike
+  // (their rows stay in cache between passes); each residual add 3 forward (its backward is
+  // the norm's dx accumulation).
+  v.norm_regions_forward = 2 * 2 + 2 * 3;
+  v.norm_regions = v.norm_regions_forward + 2 * 6;
+  // The MLP's activation over the hidden columns: GELU reads f and writes f, its backward
+  // reads 2f and writes f; SwiGLU reads its gate and up (2f) and writes f, its backward reads
+  // 3f and writes the gate's and up's gradients (2f).
+  v.tp_split_forward = (spec.swiglu() ? 3 : 2) * ffn_share;
+  v.tp_split = (spec.swiglu() ? 8 : 5) * ffn_share;
+  // q and k heads, (H + G) D values: RoPE rotates them in place, read and written each
+  // direction; qk-norm norms them as a norm its rows (2 forward, 6 backward).
+  const double qk = static_cast<double>((spec.heads + spec.kv_heads) * spec.head_dim) / h;
+  if (spec.rope()) {
+    v.tp_split_forward += 2 * qk;
+    v.tp_split += 4 * qk;
+  }
+  if (spec.qk_norm) {
+    v.tp_split_forward += 2 * qk;
+    v.tp_split += 8 * qk;
+  }
+  return v;
+}
 
 void PlanRequest::set_gpu(const GpuSpec& spec, int64_t per_node) {
   gpu = spec;
@@ -75,15 +107,16 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const bool lora = r.target.fine_tune == FineTune::lora;
   const double model_flops = lora ? pretraining_flops * 2.0 / 3.0 : pretraining_flops;
   const double backward_share = lora ? 0.5 : 1.0;
-  // Per layer of the whole batch, split as model/flops.h counts them: the attention core
-  // 6 B s^2 h (causal at half), the layer's GEMMs the rest of its share; the head's GEMM
-  // 6 B s h V. Each pass at the machine's rate for it: the GEMMs' at their rows (one
-  // microbatch's tokens, b s, also under sequence parallelism, whose GEMMs take the gathered
-  // sequence), the attention core's.
+  // Per layer of the whole batch, split as model/flops.h counts them (below): the layer's
+  // GEMMs, the attention core, the head's GEMM. Each pass at the machine's rate for it: the
+  // GEMMs' at their rows (one microbatch's tokens, b s, also under sequence parallelism,
+  // whose GEMMs take the gathered sequence), the attention core's at its sequence length and
+  // head size.
   const double gemm_rows = static_cast<double>(l.micro_batch * seq);
   const double gemm_forward = mc.gemm_rate(gemm_rows, Pass::forward);
   const double gemm_backward = mc.gemm_rate(gemm_rows, Pass::backward);
-  const double head_dim = static_cast<double>(m.d_model / m.heads);
+  const ModelSpec spec = model_spec(m, l.tp);
+  const double head_dim = static_cast<double>(spec.head_dim);
   const double attention_forward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::forward);
   const double attention_backward = mc.attention_rate(static_cast<double>(seq), head_dim, Pass::backward);
   // A pass's forward is a third of its FLOPs; its backward the rest (backward_share of it).
@@ -98,36 +131,47 @@ void estimate_time(const PlanRequest& r, PlanCandidate& c) {
   const double batch = static_cast<double>(r.target.global_batch);
   const double h = static_cast<double>(m.d_model), sd = static_cast<double>(seq);
   const double vocab = static_cast<double>(m.padded_vocab(l.tp));
+  // Per layer of the whole batch, as model/flops.h counts them from the spec: the layer's
+  // weight matrices (q k v at (H + 2G) D columns: grouped-query attention's smaller GEMM; o;
+  // the MLP's two or, SwiGLU, three maps) 6 B s M, the attention core 6 B s^2 H D (causal at
+  // half), the head 6 B s h V (V padded for tp).
   const double head_flops = 6.0 * batch * sd * h * vocab;
-  const double layer_attention = 6.0 * batch * sd * sd * h;
-  const double layer_gemm = (pretraining_flops - head_flops) / static_cast<double>(m.layers) -
-                            layer_attention;
+  const double layer_attention = 6.0 * batch * sd * sd * static_cast<double>(spec.attn_width());
+  const double layer_gemm = 6.0 * batch * sd * static_cast<double>(spec.layer_matrix_params());
   const double ranks_per_stage = static_cast<double>(l.tp * l.dp);
   // The memory-bound kernels between the GEMMs, at the machine's memory bandwidth, in b s h
-  // values a layer: 22 (10 forward) in the norm regions (layer norms, residual adds), which
-  // every tp rank runs on the whole sequence, or on its 1/tp of it under sequence
-  // parallelism; the GELU's 5 f/h (2 f/h forward: it reads and writes the ffn's f / tp
-  // columns, and its backward reads two and writes one): 42 (18 forward) at f = 4h. Sequence parallelism also rearranges [b, s, h] to [tp, b, s/tp, h] and back
-  // around each of its collectives (model/layer.cpp's TensorParallelRegion): a copy of the
-  // whole b s h, 2 values, at each of a layer's 4 forward and 4 backward collectives, and at
-  // the embedding's and the head's (2 each). The head adds the cross-entropy's five f32 passes
-  // over the logits. Counted here per layer x tp; the stage's sum is divided by tp x dp below.
+  // values a layer (layer_elementwise_values: the spec's). In the norm regions, which every tp
+  // rank runs on the whole sequence, or on its 1/tp of it under sequence parallelism: 22 (10
+  // forward), the two norms (LayerNorm's and RMSNorm's alike: a forward reads x and writes y;
+  // a backward reads x and dy twice and adds to dx) and residual adds. Split over tp (each
+  // rank its f / tp columns or H / tp heads): the MLP's activation, GELU 5 f/h (2 forward:
+  // it reads and writes the hidden columns; its backward reads two and writes one), SwiGLU
+  // 8 f/h (3 forward: it reads gate and up and writes their product; its backward reads those
+  // three and writes two), RoPE's rotation of q and k, 4 (H + G) D / h (2 forward: read
+  // and written in place, forward and, on their gradients, backward), and qk-norm's RMSNorm
+  // of each q and k head, 8 (H + G) D / h (2 forward), as a norm's. Sequence parallelism
+  // also rearranges [b, s, h] to [tp, b, s/tp, h] and back around each of its collectives
+  // (model/layer.cpp's TensorParallelRegion): a copy of the whole b s h, 2 values, at each of
+  // a layer's 4 forward and 4 backward collectives, and at the embedding's and the head's (2
+  // each). The head adds the cross-entropy's five f32 passes over the logits. Counted here
+  // per layer x tp; the stage's sum is divided by tp x dp below.
   const double tokens = batch * sd;
   const double dtype_bytes = r.target.precision == Precision::bf16 ? 2 : 4;
   const double t = static_cast<double>(l.tp);
   const bool sp = l.sequence_parallel_active();
   const double value = tokens * h * dtype_bytes / mc.memory_bandwidth;  // b s h, whole batch
-  const auto tp_values = [&](double norm_regions, double gelu, double copies) {
-    return (norm_regions * (sp ? 1.0 : t) + gelu + (sp ? copies * t : 0.0)) * value;
+  const auto tp_values = [&](double norm_regions, double tp_split, double copies) {
+    return (norm_regions * (sp ? 1.0 : t) + tp_split + (sp ? copies * t : 0.0)) * value;
   };
-  const double ffn_share = static_cast<double>(m.ffn_dim()) / h;
-  const double layer_elementwise = tp_values(22, 5 * ffn_share, 16);
-  const double layer_forward_elementwise = tp_values(10, 2 * ffn_share, 8);
+  const LayerElementwise values = layer_elementwise_values(m);
+  const double layer_elementwise = tp_values(values.norm_regions, values.tp_split, 16);
+  const double layer_forward_elementwise =
+      tp_values(values.norm_regions_forward, values.tp_split_forward, 8);
   const double head_elementwise = tokens * 5.0 * 4.0 * vocab / mc.memory_bandwidth;
   const double edge_copies = tp_values(0, 0, 4);  // the embedding's, the head's
   // The pipeline runs at its slowest rank's pace: each rank's layers (all its chunks), the
-  // last one's the head too (parallel/stage_plan.h's split counts the head as V / (12 h)
-  // layers, an approximation of these FLOPs).
+  // last one's the head too (parallel/stage_plan.h's split counts the head as V h / M
+  // layers, these FLOPs without the attention core's).
   const double layer_compute = gemm_seconds(layer_gemm) + attention_seconds(layer_attention);
   // A layer's forward: its GEMMs' and attention's, its forward elementwise values.
   const double layer_forward = gemm_forward_seconds(layer_gemm) +
@@ -288,9 +332,20 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
   const int64_t seq = r.seq();
   std::vector<PlanCandidate> fitting;
   int64_t count = 0;
+  // The layout's own rules (config/validate.cpp's check_layout, as a run config's validation
+  // applies them): a layout a run would refuse is not searched.
+  const auto valid = [&m](const Layout& l) {
+    try {
+      validate_layout(l, m, "jumbo plan", LayoutKeys::flags);
+      return true;
+    } catch (const UserError&) {
+      return false;
+    }
+  };
   for (int64_t tp = 1; tp <= r.gpus_per_node; tp *= 2) {
-    if (!divides(tp, r.gpus_per_node) || !divides(tp, m.heads) || !divides(tp, m.ffn_dim()) ||
-        !divides(tp, seq))
+    // tp splits whole heads, whole key/value groups and the ffn's columns.
+    if (!divides(tp, r.gpus_per_node) || !divides(tp, m.heads) ||
+        !divides(tp, m.kv_head_count()) || !divides(tp, m.ffn_dim()) || !divides(tp, seq))
       continue;
     for (int64_t pp = 1; pp <= m.layers; ++pp) {
       if (!divides(tp * pp, world)) continue;
@@ -303,6 +358,7 @@ std::vector<PlanCandidate> search_layouts(const PlanRequest& r, int64_t* searche
             const Layout l{.tp = tp, .pp = pp, .dp = dp, .micro_batch = mb, .virtual_stages = 1,
                            .stage_layers = {}, .sequence_parallel = tp > 1,
                            .recompute = recompute, .zero1 = zero1};
+            if (!valid(l)) continue;
             ++count;
             if (r.accepts && !r.accepts(l, world)) continue;
             PlanCandidate c = evaluate_layout(r, l);
@@ -412,6 +468,15 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanCandidate>& 
       r.device_label(), gib(gpu_bytes), r.target.global_batch, r.seq(), to_string(r.target.precision),
       kMethodNames[static_cast<int>(method)]);
   out += describe_fine_tune(m, method, r.target.lora, r.target.precision);
+  // What generation adds on top of the weights (model/activations.h: the decoder's cache).
+  const ModelSpec spec = model_spec(m);
+  const int64_t kv_token = kv_cache_bytes_per_token(m, r.target.precision);
+  out += fmt::format(
+      "generation: KV cache {} bytes per token (2 x {} layers x {} key/value heads x {} x {} "
+      "bytes, {}), {:.2f} GiB per sequence of {} tokens, split over tp and pp\n",
+      kv_token, spec.layers, spec.kv_heads, spec.head_dim,
+      r.target.precision == Precision::bf16 ? 2 : 4, to_string(r.target.precision),
+      gib(static_cast<double>(kv_token * r.seq())), r.seq());
   if (fitting.empty()) {
     out += fmt::format("none of the {} layouts fits in {:.1f} GiB per GPU: more nodes, or a "
                        "GPU with more memory\n",

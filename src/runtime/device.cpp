@@ -8,7 +8,7 @@
 
 #include "jumbo/comm/nccl_log.h"
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 
 namespace jumbo {
 
@@ -32,7 +32,7 @@ std::unique_ptr<Backend> make_backend(Device device) {
   throw std::logic_error("make_backend: unknown device");
 }
 
-void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device device) {
+void check_device_supports(const RunConfig& cfg, const StageOptions& stage, Device device) {
   if (device == Device::cuda && !cuda_backend_built()) {
     throw UserError(fmt::format("{}: train.device = \"cuda\": {}", cfg.source,
                                 unsupported_kernels(device, {})));

@@ -8,7 +8,7 @@
 namespace jumbo {
 
 StepResult train_step(TrainStage& stage, MicrobatchSource& source, const StepRequest& request) {
-  GptModel& model = stage.model();
+  ModelStage& model = stage.model();
   GradSync& sync = stage.grad_sync();
   const ProcessGroups& g = stage.groups();
   StepResult r;

@@ -6,7 +6,7 @@ namespace jumbo {
 namespace {
 // The weights are initialized before the gradient sync and the optimizer are built on them
 // (AdamW's mixed-precision master starts from their values).
-GptModel& initialized(GptModel& model, uint64_t seed) {
+ModelStage& initialized(ModelStage& model, uint64_t seed) {
   model.initialize(seed);
   return model;
 }
@@ -15,10 +15,10 @@ GptModel& initialized(GptModel& model, uint64_t seed) {
 TrainStage::TrainStage(RankStage place, const ModelConfig& model, const TrainConfig& train,
                        Backend& backend)
     : place_(std::move(place)),
-      model_(model, place_.options(), backend, place_.groups().tp),
-      grad_sync_(initialized(model_, train.seed).trained_params(), place_.groups(), place_.plan()),
-      optimizer_(model_.trained_params(), backend, train, place_.plan()),
-      pipeline_(model_, place_.groups().pp, place_.plan()) {}
+      model_(make_model_stage(model, place_.options(), backend, place_.groups().tp)),
+      grad_sync_(initialized(*model_, train.seed).trained_params(), place_.groups(), place_.plan()),
+      optimizer_(model_->trained_params(), backend, train, place_.plan()),
+      pipeline_(*model_, place_.groups().pp, place_.plan()) {}
 
 TrainStage solo_train_stage(const ModelConfig& model, const Layout& layout,
                             const StepShape& shape, const TrainConfig& train, Backend& backend) {

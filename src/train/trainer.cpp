@@ -70,7 +70,7 @@ void Trainer::print(const std::string& line) const {
 
 void Trainer::print_start() {
   if (!planned_.fit_line.empty()) print(planned_.fit_line);
-  const GptModel& model = stage_->model();
+  const ModelStage& model = stage_->model();
   print(model_line(cfg_, model.padded_vocab()));
   const StageBytes bytes{static_cast<double>(model.params().bytes() + (model.lora() ? model.trained_params().bytes() : 0)),
                          static_cast<double>(stage_->optimizer().state_bytes()),

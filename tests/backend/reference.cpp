@@ -121,19 +121,56 @@ void linear_bwd(Vec* din, Vec& dweight, Vec* dbias, const Vec& dout, const Vec& 
   }
 }
 
+RmsNormOut rmsnorm_fwd(const Vec& x, const Vec& weight, int64_t N, int64_t C, double eps) {
+  RmsNormOut r{Vec(N * C), Vec(N)};
+  for (int64_t n = 0; n < N; ++n) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += x[n * C + c] * x[n * C + c];
+    r.rstd[n] = 1.0 / std::sqrt(ss / C + eps);
+    for (int64_t c = 0; c < C; ++c) r.out[n * C + c] = x[n * C + c] * r.rstd[n] * weight[c];
+  }
+  return r;
+}
+
+void rmsnorm_bwd(Vec& dx, Vec* dweight, const Vec& dout, const Vec& x, const Vec& weight,
+                 const Vec& rstd, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; ++n) {
+    // dx = rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = dout * weight, norm = x * rstd.
+    double mean_dnorm_norm = 0;
+    for (int64_t c = 0; c < C; ++c)
+      mean_dnorm_norm += dout[n * C + c] * weight[c] * x[n * C + c] * rstd[n];
+    mean_dnorm_norm /= C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double norm = x[n * C + c] * rstd[n];
+      dx[n * C + c] += rstd[n] * (dout[n * C + c] * weight[c] - norm * mean_dnorm_norm);
+      if (dweight) (*dweight)[c] += norm * dout[n * C + c];
+    }
+  }
+}
+
 namespace {
-// Offsets into qkv[B,T,H,3,D] and out[B,T,H,D], probs[B,H,T,T].
+// Offsets into qkv[B,T,G,R+2,D] for query head h, and out[B,T,H,D], probs[B,H,T,T].
 struct AttentionIndex {
   const AttentionShape& s;
-  int64_t qkv(int64_t b, int64_t t, int64_t h, int64_t which) const {
-    return (((b * s.T + t) * s.H + h) * 3 + which) * s.D;
+  int64_t R() const { return s.H / s.kv(); }
+  int64_t row(int64_t b, int64_t t) const { return (b * s.T + t) * s.width(); }
+  int64_t group(int64_t h) const { return (h / R()) * (R() + 2) * s.D; }
+  int64_t q(int64_t b, int64_t t, int64_t h) const {
+    return row(b, t) + group(h) + (h % R()) * s.D;
   }
+  int64_t k(int64_t b, int64_t t, int64_t h) const { return row(b, t) + group(h) + R() * s.D; }
+  int64_t v(int64_t b, int64_t t, int64_t h) const { return k(b, t, h) + s.D; }
   int64_t out(int64_t b, int64_t t, int64_t h) const { return ((b * s.T + t) * s.H + h) * s.D; }
   int64_t probs(int64_t b, int64_t h, int64_t t) const { return ((b * s.H + h) * s.T + t) * s.T; }
 };
+
+int64_t first_key(const Ids& positions, const AttentionShape& s, int64_t b, int64_t t) {
+  return positions.empty() ? 0 : t - positions[b * s.T + t];
+}
 }  // namespace
 
-void attention_fwd(Vec& out, Vec& probs, const Vec& qkv, const AttentionShape& s) {
+void attention_fwd(Vec& out, Vec& probs, const Vec& qkv, const AttentionShape& s,
+                   const Ids& positions) {
   const AttentionIndex ix{s};
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   out.assign(s.B * s.T * s.H * s.D, 0.0);
@@ -141,28 +178,30 @@ void attention_fwd(Vec& out, Vec& probs, const Vec& qkv, const AttentionShape& s
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t lo = first_key(positions, s, b, t);
         double* p = &probs[ix.probs(b, h, t)];
-        const double* q = &qkv[ix.qkv(b, t, h, 0)];
+        const double* q = &qkv[ix.q(b, t, h)];
         double max = -std::numeric_limits<double>::infinity();
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* k = &qkv[ix.qkv(b, u, h, 1)];
+        for (int64_t u = lo; u <= t; ++u) {
+          const double* k = &qkv[ix.k(b, u, h)];
           double dot = 0;
           for (int64_t d = 0; d < s.D; ++d) dot += q[d] * k[d];
           p[u] = dot * scale;
           max = std::max(max, p[u]);
         }
         double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += (p[u] = std::exp(p[u] - max));
-        for (int64_t u = 0; u <= t; ++u) p[u] /= sum;
+        for (int64_t u = lo; u <= t; ++u) sum += (p[u] = std::exp(p[u] - max));
+        for (int64_t u = lo; u <= t; ++u) p[u] /= sum;
         double* o = &out[ix.out(b, t, h)];
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* v = &qkv[ix.qkv(b, u, h, 2)];
+        for (int64_t u = lo; u <= t; ++u) {
+          const double* v = &qkv[ix.v(b, u, h)];
           for (int64_t d = 0; d < s.D; ++d) o[d] += p[u] * v[d];
         }
       }
 }
 
-Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const AttentionShape& s) {
+Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const AttentionShape& s,
+                  const Ids& positions) {
   const AttentionIndex ix{s};
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   Vec dqkv(qkv.size(), 0.0);
@@ -170,13 +209,14 @@ Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const Atten
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t lo = first_key(positions, s, b, t);
         const double* p = &probs[ix.probs(b, h, t)];
         const double* dy = &dout[ix.out(b, t, h)];
-        // out_t = sum_u p_tu v_u
+        // out_t = sum_u p_tu v_u; a group's k and v collect from each of its query heads.
         double p_dot_dp = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* v = &qkv[ix.qkv(b, u, h, 2)];
-          double* dv = &dqkv[ix.qkv(b, u, h, 2)];
+        for (int64_t u = lo; u <= t; ++u) {
+          const double* v = &qkv[ix.v(b, u, h)];
+          double* dv = &dqkv[ix.v(b, u, h)];
           dp[u] = 0;
           for (int64_t d = 0; d < s.D; ++d) {
             dp[u] += dy[d] * v[d];
@@ -185,12 +225,12 @@ Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const Atten
           p_dot_dp += p[u] * dp[u];
         }
         // softmax backward, then score_tu = scale * q_t . k_u
-        const double* q = &qkv[ix.qkv(b, t, h, 0)];
-        double* dq = &dqkv[ix.qkv(b, t, h, 0)];
-        for (int64_t u = 0; u <= t; ++u) {
+        const double* q = &qkv[ix.q(b, t, h)];
+        double* dq = &dqkv[ix.q(b, t, h)];
+        for (int64_t u = lo; u <= t; ++u) {
           const double dscore = p[u] * (dp[u] - p_dot_dp) * scale;
-          const double* k = &qkv[ix.qkv(b, u, h, 1)];
-          double* dk = &dqkv[ix.qkv(b, u, h, 1)];
+          const double* k = &qkv[ix.k(b, u, h)];
+          double* dk = &dqkv[ix.k(b, u, h)];
           for (int64_t d = 0; d < s.D; ++d) {
             dq[d] += dscore * k[d];
             dk[d] += dscore * q[d];
@@ -198,6 +238,37 @@ Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const Atten
         }
       }
   return dqkv;
+}
+
+Vec rope(const Vec& qkv, const Vec& table, const Ids& positions, int64_t G, int64_t D,
+         bool inverse) {
+  const int64_t N = static_cast<int64_t>(positions.size());
+  const int64_t W = static_cast<int64_t>(qkv.size()) / N, per_group = W / (G * D), half = D / 2;
+  Vec out = qkv;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t head = 0; head < per_group - 1; ++head) {  // the value head stays
+        double* x = &out[n * W + (g * per_group + head) * D];
+        const double* cs = &table[positions[n] * D];
+        for (int64_t i = 0; i < half; ++i) {
+          const double c = cs[i], sn = inverse ? -cs[half + i] : cs[half + i];
+          const double x1 = x[i], x2 = x[half + i];
+          x[i] = x1 * c - x2 * sn;
+          x[half + i] = x2 * c + x1 * sn;
+        }
+      }
+  return out;
+}
+
+Vec rope_table(int64_t P, int64_t D, double theta) {
+  Vec table(P * D);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double angle = p * std::pow(theta, -2.0 * i / D);
+      table[p * D + i] = std::cos(angle);
+      table[p * D + D / 2 + i] = std::sin(angle);
+    }
+  return table;
 }
 
 namespace {
@@ -223,6 +294,28 @@ Vec gelu_bwd(const Vec& dout, const Vec& in) {
   Vec din(in.size());
   for (size_t i = 0; i < in.size(); ++i) din[i] = dout[i] * gelu_grad(in[i]);
   return din;
+}
+
+Vec swiglu_fwd(const Vec& gate_up, int64_t N, int64_t F) {
+  Vec out(N * F);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < F; ++i) {
+      const double g = gate_up[n * 2 * F + i], u = gate_up[n * 2 * F + F + i];
+      out[n * F + i] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return out;
+}
+
+Vec swiglu_bwd(const Vec& dout, const Vec& gate_up, int64_t N, int64_t F) {
+  Vec d(N * 2 * F);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < F; ++i) {
+      const double g = gate_up[n * 2 * F + i], u = gate_up[n * 2 * F + F + i];
+      const double sig = 1.0 / (1.0 + std::exp(-g)), dy = dout[n * F + i];
+      d[n * 2 * F + i] = dy * u * (sig + g * sig * (1.0 - sig));
+      d[n * 2 * F + F + i] = dy * g * sig;
+    }
+  return d;
 }
 
 Vec ce_local_max(const Vec& logits, int64_t N, int64_t V) {

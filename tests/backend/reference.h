@@ -38,18 +38,46 @@ Vec linear_fwd(const Vec& in, const Vec& weight, const Vec& bias, int64_t N, int
 void linear_bwd(Vec* din, Vec& dweight, Vec* dbias, const Vec& dout, const Vec& in,
                 const Vec& weight, int64_t N, int64_t I, int64_t O);
 
-// ---- causal self-attention, qkv[B,T,H,3,D], out[B,T,H,D], probs[B,H,T,T] ----
+// ---- RMSNorm over the last dim of x[N,C]; rstd = 1/sqrt(mean(x^2) + eps) ----
+struct RmsNormOut {
+  Vec out, rstd;
+};
+RmsNormOut rmsnorm_fwd(const Vec& x, const Vec& weight, int64_t N, int64_t C, double eps);
+// dx +=; dweight += unless null.
+void rmsnorm_bwd(Vec& dx, Vec* dweight, const Vec& dout, const Vec& x, const Vec& weight,
+                 const Vec& rstd, int64_t N, int64_t C);
+
+// ---- causal grouped-query attention ----
+// qkv[B,T,G,R+2,D]: per kv head g, its R = H/G query heads, then its key, then its value
+// (G = H: [B,T,H,3,D]); out[B,T,H,D], probs[B,H,T,T]. Query head h = g*R + r.
 struct AttentionShape {
   int64_t B, T, H, D;
+  int64_t G = 0;  // kv heads; 0 means H (multi-head)
+  int64_t kv() const { return G > 0 ? G : H; }
+  int64_t width() const { return (H + 2 * kv()) * D; }  // of a qkv row
 };
-void attention_fwd(Vec& out, Vec& probs, const Vec& qkv, const AttentionShape& s);
-Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const AttentionShape& s);
+// positions (empty, or one per token: packed sequences) limit token t to keys
+// t - positions[b*T + t] .. t.
+void attention_fwd(Vec& out, Vec& probs, const Vec& qkv, const AttentionShape& s,
+                   const Ids& positions = {});
+Vec attention_bwd(const Vec& dout, const Vec& qkv, const Vec& probs, const AttentionShape& s,
+                  const Ids& positions = {});
+
+// ---- rotary embedding on qkv[N, G*(R+2)*D]: the query and key heads of each group turn
+// by position[n]'s angles; table[P, D] holds cos in [0, D/2), sin in [D/2, D) ----
+Vec rope(const Vec& qkv, const Vec& table, const Ids& positions, int64_t G, int64_t D,
+         bool inverse);
+// table[p, i] = cos(p theta^(-2i/D)), table[p, D/2 + i] = its sin, i < D/2.
+Vec rope_table(int64_t P, int64_t D, double theta);
 
 // ---- elementwise ----
 double gelu(double x);
 double gelu_grad(double x);
 Vec gelu_fwd(const Vec& in);
 Vec gelu_bwd(const Vec& dout, const Vec& in);
+// out[N,F] = silu(gate_up[:, :F]) * gate_up[:, F:]; the backward returns dgate_up [N, 2F].
+Vec swiglu_fwd(const Vec& gate_up, int64_t N, int64_t F);
+Vec swiglu_bwd(const Vec& dout, const Vec& gate_up, int64_t N, int64_t F);
 
 // ---- vocab-parallel cross-entropy parts; logits[N,V] is one vocab slice ----
 Vec ce_local_max(const Vec& logits, int64_t N, int64_t V);

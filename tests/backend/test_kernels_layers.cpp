@@ -153,7 +153,8 @@ TEST_P(LayerKernels, LinearBackward) {
 }
 
 // qkv[B,T,H,3,D] is five dims; a Tensor holds four, and the CPU backend takes it as the qkv
-// linear's output viewed [B, T, H*3*D] (the head count comes from probs [B,H,T,T]).
+// linear's output viewed [B, T, H*3*D] (the head count comes from probs [B,H,T,T]; kv_heads =
+// H: multi-head).
 Tensor upload_qkv(KernelBench& kb, DType dt, const ref::AttentionShape& s, const Vec& v) {
   return kb.upload(dt, {s.B, s.T, s.H * 3 * s.D}, v);
 }
@@ -167,7 +168,7 @@ TEST_P(LayerKernels, AttentionForwardAndBackward) {
     Tensor t_qkv = upload_qkv(kb, dt(), s, qkv);
     Tensor out = kb.poisoned(dt(), {s.B, s.T, s.H, s.D});
     Tensor probs = kb.poisoned(DType::f32, {s.B, s.H, s.T, s.T});
-    kb.be().attention_fwd(out, probs, t_qkv);
+    kb.be().attention_fwd(out, probs, t_qkv, s.H);
     Vec want_out, want_probs;
     ref::attention_fwd(want_out, want_probs, qkv, s);
     EXPECT_TRUE(close(kb.download(out), want_out, tol(), tag("attention_fwd out")));
@@ -184,7 +185,7 @@ TEST_P(LayerKernels, AttentionForwardAndBackward) {
     Tensor dqkv = kb.poisoned(dt(), {s.B, s.T, s.H * 3 * s.D});
     Tensor dprobs = kb.poisoned(DType::f32, {s.B, s.H, s.T, s.T});
     kb.be().attention_bwd(dqkv, dprobs, kb.upload(dt(), {s.B, s.T, s.H, s.D}, dout), t_qkv, out,
-                          kb.upload(DType::f32, {s.B, s.H, s.T, s.T}, probs32));
+                          kb.upload(DType::f32, {s.B, s.H, s.T, s.T}, probs32), s.H);
     EXPECT_TRUE(close(kb.download(dqkv), ref::attention_bwd(dout, qkv, probs32, s), tol(),
                       tag("attention_bwd dqkv")));
   }
@@ -198,14 +199,14 @@ TEST_P(LayerKernels, AttentionIsCausal) {
   Tensor t_qkv = upload_qkv(kb, dt(), s, qkv);
   Tensor out = kb.poisoned(dt(), {s.B, s.T, s.H, s.D});
   Tensor probs = kb.poisoned(DType::f32, {s.B, s.H, s.T, s.T});
-  kb.be().attention_fwd(out, probs, t_qkv);
+  kb.be().attention_fwd(out, probs, t_qkv, s.H);
   const Vec before = kb.download(out);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t i = 0; i < 3 * row; ++i)
       qkv[(b * s.T + changed_t) * 3 * row + i] = round_to(dt(), rng.normal(1)[0] * 3.0);
   kb.write(t_qkv, qkv);
   kb.poison(out);
-  kb.be().attention_fwd(out, probs, t_qkv);
+  kb.be().attention_fwd(out, probs, t_qkv, s.H);
   const Vec after = kb.download(out);
   int64_t earlier_changed = 0, later_changed = 0;
   for (int64_t b = 0; b < s.B; ++b)

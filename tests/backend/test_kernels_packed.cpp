@@ -40,11 +40,11 @@ TEST(PackedKernels, AttentionEqualsEachSequenceAlone) {
   Tensor t_pos = kb.upload_ids({kB * kT}, pos);
   Tensor out = kb.poisoned(DType::f32, {kB, kT, kH * kD});
   Tensor probs = kb.poisoned(DType::f32, {kB, kH, kT, kT});
-  kb.be().attention_fwd(out, probs, t_qkv, t_pos);
+  kb.be().attention_fwd(out, probs, t_qkv, kH, t_pos);
   Tensor dqkv = kb.poisoned(DType::f32, {kB, kT, kH * 3 * kD});
   Tensor dprobs = kb.poisoned(DType::f32, {kB, kH, kT, kT});
   kb.be().attention_bwd(dqkv, dprobs, kb.upload(DType::f32, {kB, kT, kH * kD}, dout), t_qkv, out,
-                        probs, t_pos);
+                        probs, kH, t_pos);
   const Vec packed_out = kb.download(out), packed_dqkv = kb.download(dqkv);
   for (int64_t b = 0; b < kB; ++b) {
     int64_t first = 0;
@@ -53,12 +53,12 @@ TEST(PackedKernels, AttentionEqualsEachSequenceAlone) {
       Tensor s_qkv = kb.upload(DType::f32, {1, len, kH * 3 * kD}, rows(qkv, b, first, len, kH * 3 * kD));
       Tensor s_out = kb.poisoned(DType::f32, {1, len, kH * kD});
       Tensor s_probs = kb.poisoned(DType::f32, {1, kH, len, len});
-      kb.be().attention_fwd(s_out, s_probs, s_qkv);
+      kb.be().attention_fwd(s_out, s_probs, s_qkv, kH);
       Tensor s_dqkv = kb.poisoned(DType::f32, {1, len, kH * 3 * kD});
       Tensor s_dprobs = kb.poisoned(DType::f32, {1, kH, len, len});
       kb.be().attention_bwd(s_dqkv, s_dprobs,
                             kb.upload(DType::f32, {1, len, kH * kD}, rows(dout, b, first, len, kH * kD)),
-                            s_qkv, s_out, s_probs);
+                            s_qkv, s_out, s_probs, kH);
       const std::string what = "row " + std::to_string(b) + " sequence at " + std::to_string(first);
       EXPECT_TRUE(close(rows(packed_out, b, first, len, kH * kD), kb.download(s_out), 1e-6, what + " out"));
       EXPECT_TRUE(close(rows(packed_dqkv, b, first, len, kH * 3 * kD), kb.download(s_dqkv), 1e-6,
@@ -69,8 +69,9 @@ TEST(PackedKernels, AttentionEqualsEachSequenceAlone) {
   // One sequence per row is plain causal attention, bit for bit.
   Tensor causal = kb.poisoned(DType::f32, {kB, kT, kH * kD});
   Tensor one_seq = kb.poisoned(DType::f32, {kB, kT, kH * kD});
-  kb.be().attention_fwd(causal, probs, t_qkv);
-  kb.be().attention_fwd(one_seq, probs, t_qkv, kb.upload_ids({kB * kT}, positions_of({{kT}, {kT}})));
+  kb.be().attention_fwd(causal, probs, t_qkv, kH);
+  kb.be().attention_fwd(one_seq, probs, t_qkv, kH,
+                        kb.upload_ids({kB * kT}, positions_of({{kT}, {kT}})));
   EXPECT_EQ(kb.download(causal), kb.download(one_seq));
 }
 

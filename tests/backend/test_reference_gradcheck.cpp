@@ -119,6 +119,101 @@ TEST(ReferenceGradcheck, Attention) {
       EXPECT_DOUBLE_EQ(out[h * s.D + d], qkv[(h * 3 + 2) * s.D + d]);
 }
 
+TEST(ReferenceGradcheck, GroupedQueryAttention) {
+  // Multi-query (G = 1), two groups of two, and packed sequences with groups: a key or value
+  // head's gradient must collect from every query head of its group.
+  struct Case {
+    ref::AttentionShape s;
+    Ids positions;
+  };
+  const Ids packed{0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 4, 5};  // rows of 6: [3, 2, 1] and [6]
+  for (const Case& c : {Case{{2, 5, 3, 3, 1}, {}}, Case{{2, 4, 4, 2, 2}, {}},
+                        Case{{2, 6, 4, 2, 2}, packed}}) {
+    const ref::AttentionShape& s = c.s;
+    SCOPED_TRACE("H=" + std::to_string(s.H) + " G=" + std::to_string(s.G) +
+                 (c.positions.empty() ? "" : " packed"));
+    Rng rng(7);
+    const Vec qkv = rng.normal(s.B * s.T * s.width()), g = rng.normal(s.B * s.T * s.H * s.D);
+    Vec out, probs;
+    ref::attention_fwd(out, probs, qkv, s, c.positions);
+    const Vec dqkv = ref::attention_bwd(g, qkv, probs, s, c.positions);
+    auto loss = [&](const Vec& v) {
+      Vec o, p;
+      ref::attention_fwd(o, p, v, s, c.positions);
+      return dot(o, g);
+    };
+    EXPECT_TRUE(close(dqkv, finite_difference(loss, qkv), kFdTol, "GQA attention dqkv vs FD"));
+    // Token 0 sees only itself: each query head of group g outputs the group's value.
+    const int64_t R = s.H / s.G;
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t d = 0; d < s.D; ++d)
+        EXPECT_DOUBLE_EQ(out[h * s.D + d], qkv[((h / R) * (R + 2) + R + 1) * s.D + d]);
+  }
+}
+
+TEST(ReferenceGradcheck, RmsNorm) {
+  const int64_t N = 6, C = 10;
+  const double eps = 1e-5;
+  Rng rng(8);
+  const Vec x = rng.normal(N * C, 1.5), w = rng.uniform(C, 0.5, 1.5), g = rng.normal(N * C);
+  const auto fwd = ref::rmsnorm_fwd(x, w, N, C, eps);
+  Vec dx(N * C, 0.0), dw(C, 0.0);
+  ref::rmsnorm_bwd(dx, &dw, g, x, w, fwd.rstd, N, C);
+  auto loss_x = [&](const Vec& v) { return dot(ref::rmsnorm_fwd(v, w, N, C, eps).out, g); };
+  auto loss_w = [&](const Vec& v) { return dot(ref::rmsnorm_fwd(x, v, N, C, eps).out, g); };
+  EXPECT_TRUE(close(dx, finite_difference(loss_x, x), kFdTol, "rmsnorm dx vs FD"));
+  EXPECT_TRUE(close(dw, finite_difference(loss_w, w), kFdTol, "rmsnorm dweight vs FD"));
+  // Without dweight, dx is the same.
+  Vec dx2(N * C, 0.0);
+  ref::rmsnorm_bwd(dx2, nullptr, g, x, w, fwd.rstd, N, C);
+  EXPECT_EQ(dx2, dx);
+  // Known value: [3, 4] has mean square 12.5.
+  const auto r = ref::rmsnorm_fwd({3, 4}, {1, 2}, 1, 2, 0.0);
+  EXPECT_DOUBLE_EQ(r.rstd[0], 1.0 / std::sqrt(12.5));
+  EXPECT_DOUBLE_EQ(r.out[1], 8.0 / std::sqrt(12.5));
+}
+
+TEST(ReferenceGradcheck, Swiglu) {
+  const int64_t N = 4, F = 9;
+  Rng rng(9);
+  const Vec gu = rng.uniform(N * 2 * F, -6.0, 6.0), g = rng.normal(N * F);
+  auto loss = [&](const Vec& v) { return dot(ref::swiglu_fwd(v, N, F), g); };
+  EXPECT_TRUE(close(ref::swiglu_bwd(g, gu, N, F), finite_difference(loss, gu), kFdTol,
+                    "swiglu dgate_up vs FD"));
+  // silu(1) * 2 = 2 / (1 + e^-1).
+  EXPECT_NEAR(ref::swiglu_fwd({1.0, 2.0}, 1, 1)[0], 2.0 / (1.0 + std::exp(-1.0)), 1e-15);
+}
+
+TEST(ReferenceGradcheck, RopeInverseIsTheTranspose) {
+  // rope is linear in qkv, so its backward is its transpose: <rope(x), y> = <x, rope^T(y)>,
+  // and the transpose of a rotation is the rotation by minus the angle (the inverse).
+  const int64_t N = 5, G = 2, R = 2, D = 6, P = 9;
+  const int64_t W = G * (R + 2) * D;
+  Rng rng(10);
+  const Vec table = ref::rope_table(P, D, 10000.0);
+  const Ids positions{0, 3, 8, 1, 3};
+  const Vec x = rng.normal(N * W), y = rng.normal(N * W);
+  const double lhs = dot(ref::rope(x, table, positions, G, D, false), y);
+  const double rhs = dot(x, ref::rope(y, table, positions, G, D, true));
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::fabs(lhs) + 1e-12);
+  EXPECT_TRUE(close(ref::rope(ref::rope(x, table, positions, G, D, false), table, positions, G,
+                              D, true),
+                    x, 1e-14, "rope inverse after rope"));
+  // Value heads are untouched; position 0 turns nothing.
+  const Vec turned = ref::rope(x, table, positions, G, D, false);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t v = 3 * W + (g * (R + 2) + R + 1) * D + d;
+      EXPECT_EQ(turned[v], x[v]);
+    }
+  for (int64_t i = 0; i < W; ++i) EXPECT_EQ(turned[i], x[i]);
+  // Known value, D = 2: (1, 0) at angle a becomes (cos a, sin a); the first frequency is 1.
+  const Vec t2 = ref::rope_table(4, 2, 10000.0);
+  const Vec one = ref::rope({1, 0, 0, 0, 0, 0}, t2, {3}, 1, 2, false);
+  EXPECT_NEAR(one[0], std::cos(3.0), 1e-15);
+  EXPECT_NEAR(one[1], std::sin(3.0), 1e-15);
+}
+
 TEST(ReferenceGradcheck, Gelu) {
   Rng rng(4);
   Vec x = rng.uniform(40, -6.0, 6.0);

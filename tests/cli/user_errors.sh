@@ -44,6 +44,21 @@ expect_error wrong-type "$tmp/type.toml" "train.lr" "fast" -- train --config "$t
 
 expect_error heads-not-dividing "model.heads" "7" -- train --set model.heads=7
 expect_error batch-not-divisible "train.global_batch" "33" -- train --set train.global_batch=33
+# The architecture keys (model/spec.h): each mistake names the key, its value, what is expected.
+llama=(--set model.preset=inputs/models/tiny-llama.toml)
+expect_error kv-heads-not-dividing "model.kv_heads = 3" "divisor of model.heads = 4" -- \
+  train "${llama[@]}" --set model.kv_heads=3
+expect_error kv-heads-not-split-by-tp "parallel.tp = 4" "model.kv_heads = 2" "whole key/value heads" -- \
+  train "${llama[@]}" --set parallel.tp=4
+expect_error rope-key-on-learned "model.rope_theta = 500000" "model.position = \"learned\"" -- \
+  train --set model.rope_theta=500000
+expect_error unknown-norm "model.norm" "\"batchnorm\"" "\"layernorm\" or \"rmsnorm\"" -- \
+  train --set model.norm=batchnorm
+expect_error unknown-mlp "model.mlp" "\"relu\"" "\"gelu\" or \"swiglu\"" -- train --set model.mlp=relu
+expect_error odd-rope-head "model.position = \"rope\"" "head size of 15" -- \
+  train --set model.d_model=60 --set model.position=rope
+expect_error lora-on-swiglu-gate "finetune.lora_targets" "swiglu" "fc1" -- \
+  train "${llama[@]}" --set finetune.method=lora --set train.init_from=/nonexistent
 expect_error malformed-set "trainlr" -- train --set trainlr
 expect_error missing-config "nope.toml" -- train --config "$tmp/nope.toml"
 expect_error missing-tokenizer "$tmp/none.model" -- \

@@ -79,6 +79,12 @@ TEST_F(ShippedInputs, EveryPresetLoadsWithItsPublishedShape) {
       {"inputs/models/tiny.toml", 2, 64, 4, 256, 512, 32},
       {"inputs/models/demo-small.toml", 4, 256, 4, 1024, 4096, 128},
       {"inputs/models/gpt-1.3b.toml", 24, 2048, 16, 8192, 50257, 2048},
+      {"inputs/models/llama3-8b.toml", 32, 4096, 32, 14336, 128256, 8192},
+      {"inputs/models/llama3-70b.toml", 80, 8192, 64, 28672, 128256, 8192},
+      {"inputs/models/llama3.2-1b.toml", 16, 2048, 32, 8192, 128256, 8192},
+      {"inputs/models/mistral-7b.toml", 32, 4096, 32, 14336, 32768, 32768},
+      {"inputs/models/qwen2.5-0.5b.toml", 24, 896, 14, 4864, 151936, 32768},
+      {"inputs/models/tiny-llama.toml", 4, 64, 4, 192, 512, 32},
   };
   std::set<std::string> checked;
   for (const PresetShape& s : shapes) {

@@ -10,6 +10,7 @@
 // random lengths (length 1, starting mid-tile, spanning tiles, one token each), plus the lse
 // against the masked double reference; and positions 0 .. T-1 (one sequence per row) give the
 // plain causal call's bits.
+// Every call here is multi-head (kv_heads = H); grouped-query attention: test_attention_gqa.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -180,16 +181,18 @@ void check_against_cpu(DType dtype, const Shape& s, uint64_t seed,
   Pair qkv = bench.upload(dtype, {s.b, s.t, c3}, random_normal(s.b * s.t * c3, 1.5, seed));
   Pair out = bench.poisoned(dtype, {s.b, s.t, c});
   Pair stats = stats_for(bench, s);
-  bench.cpu().attention_fwd(out.cpu, stats.cpu, qkv.cpu, pos.cpu);
-  bench.gpu().attention_fwd(out.gpu, stats.gpu, qkv.gpu, pos.gpu);
+  bench.cpu().attention_fwd(out.cpu, stats.cpu, qkv.cpu, s.h, pos.cpu);
+  bench.gpu().attention_fwd(out.gpu, stats.gpu, qkv.gpu, s.h, pos.gpu);
   EXPECT_TRUE(bench.same(out, tol, "attention_fwd out"));
   if (!positions.empty()) expect_lse_matches_reference(bench, qkv, stats, s, positions);
 
   Pair dout = bench.upload(dtype, {s.b, s.t, c}, random_normal(s.b * s.t * c, 1.0, seed + 1));
   Pair dstats = stats_for(bench, s);
   Pair dqkv = bench.poisoned(dtype, {s.b, s.t, c3});
-  bench.cpu().attention_bwd(dqkv.cpu, dstats.cpu, dout.cpu, qkv.cpu, out.cpu, stats.cpu, pos.cpu);
-  bench.gpu().attention_bwd(dqkv.gpu, dstats.gpu, dout.gpu, qkv.gpu, out.gpu, stats.gpu, pos.gpu);
+  bench.cpu().attention_bwd(dqkv.cpu, dstats.cpu, dout.cpu, qkv.cpu, out.cpu, stats.cpu, s.h,
+                            pos.cpu);
+  bench.gpu().attention_bwd(dqkv.gpu, dstats.gpu, dout.gpu, qkv.gpu, out.gpu, stats.gpu, s.h,
+                            pos.gpu);
   EXPECT_TRUE(bench.same(dqkv, tol, "attention_bwd dqkv"));
   const Values cpu = bench.download(bench.cpu(), dqkv.cpu);
   const Values gpu = bench.download(bench.gpu(), dqkv.gpu);
@@ -263,10 +266,10 @@ TEST(GpuAttention, RunsAreBitIdentical) {
     Pair stats1 = stats_for(bench, s), stats2 = stats_for(bench, s), dstats = stats_for(bench, s);
     Pair dqkv1 = bench.poisoned(dtype, {s.b, s.t, c3}),
          dqkv2 = bench.poisoned(dtype, {s.b, s.t, c3});
-    gpu.attention_fwd(out1.gpu, stats1.gpu, qkv.gpu);
-    gpu.attention_fwd(out2.gpu, stats2.gpu, qkv.gpu);
-    gpu.attention_bwd(dqkv1.gpu, dstats.gpu, dout.gpu, qkv.gpu, out1.gpu, stats1.gpu);
-    gpu.attention_bwd(dqkv2.gpu, dstats.gpu, dout.gpu, qkv.gpu, out1.gpu, stats1.gpu);
+    gpu.attention_fwd(out1.gpu, stats1.gpu, qkv.gpu, s.h);
+    gpu.attention_fwd(out2.gpu, stats2.gpu, qkv.gpu, s.h);
+    gpu.attention_bwd(dqkv1.gpu, dstats.gpu, dout.gpu, qkv.gpu, out1.gpu, stats1.gpu, s.h);
+    gpu.attention_bwd(dqkv2.gpu, dstats.gpu, dout.gpu, qkv.gpu, out1.gpu, stats1.gpu, s.h);
     const std::pair<Pair*, Pair*> runs[] = {{&out1, &out2}, {&stats1, &stats2}, {&dqkv1, &dqkv2}};
     const char* names[] = {"out", "lse", "dqkv"};
     for (int r = 0; r < 3; ++r) {
@@ -380,8 +383,9 @@ TEST(GpuAttention, OneSequencePerRowEqualsCausalBitwise) {
       for (const Tensor& p : run_positions) {
         Run r{bench.poisoned(dtype, {s.b, s.t, c}), stats_for(bench, s),
               bench.poisoned(dtype, {s.b, s.t, c3})};
-        gpu.attention_fwd(r.out.gpu, r.stats.gpu, qkv.gpu, p);
-        gpu.attention_bwd(r.dqkv.gpu, dstats.gpu, dout.gpu, qkv.gpu, r.out.gpu, r.stats.gpu, p);
+        gpu.attention_fwd(r.out.gpu, r.stats.gpu, qkv.gpu, s.h, p);
+        gpu.attention_bwd(r.dqkv.gpu, dstats.gpu, dout.gpu, qkv.gpu, r.out.gpu, r.stats.gpu, s.h,
+                          p);
         runs.push_back(r);
       }
       const std::pair<int, int> same_bits[] = {{0, 1}, {2, 3}};
@@ -425,7 +429,7 @@ TEST(GpuAttention, LogSumExpMatchesDoubleReference) {
       Pair qkv = bench.upload(dtype, {s.b, s.t, c3}, random_normal(s.b * s.t * c3, 1.5, 5 + d));
       Pair out = bench.poisoned(dtype, {s.b, s.t, s.h * s.d});
       Pair stats = stats_for(bench, s);
-      bench.gpu().attention_fwd(out.gpu, stats.gpu, qkv.gpu);
+      bench.gpu().attention_fwd(out.gpu, stats.gpu, qkv.gpu, s.h);
       const Values x = bench.download(bench.cpu(), qkv.cpu);
       const Values lse = bench.download(bench.gpu(), stats.gpu);
       ASSERT_EQ(lse.size(), static_cast<size_t>(s.b * s.h * s.t));

@@ -10,7 +10,7 @@
 
 #include "gpu_test_support.h"
 #include "jumbo/comm/comm.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 #include "jumbo/train/step.h"
 #include "jumbo/train/train_stage.h"
 

@@ -21,7 +21,7 @@ RunConfig run_with_heads(int64_t heads) {
       "validation-test", {});
 }
 
-GptOptions stage_of(const RunConfig& cfg) { return plan_stage(cfg, GridCoords{}).model; }
+StageOptions stage_of(const RunConfig& cfg) { return plan_stage(cfg, GridCoords{}).model; }
 
 TEST(GpuValidation, UnsupportedHeadSizeIsAUserErrorBeforeAnyDevice) {
   const RunConfig cfg = run_with_heads(8);  // head size 32

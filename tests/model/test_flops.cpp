@@ -31,5 +31,37 @@ TEST(Flops, ModelFlopsAreAboutSixPerParameterPerToken) {
               72 * s * l * h * h * (1 + s / (12 * h) + v / (12 * l * h)), 1e3);
 }
 
+// The published parameter counts of the Llama-family presets (each model's safetensors
+// total), from the spec's shapes, and the closed form equal to them (no vocabulary padding).
+TEST(Flops, LlamaFamilyPresetsHaveTheirPublishedCounts) {
+  const std::pair<const char*, int64_t> published[] = {
+      {"llama3-8b", 8030261248}, {"llama3-70b", 70553706496}, {"llama3.2-1b", 1235814400},
+      {"mistral-7b", 7248023552}, {"qwen2.5-0.5b", 494032768}};
+  for (const auto& [name, count] : published) {
+    SCOPED_TRACE(name);
+    const ModelConfig m =
+        load_model_config(std::string(JUMBO_SOURCE_DIR "/inputs/models/") + name + ".toml");
+    EXPECT_EQ(parameter_count(m), count);
+    EXPECT_EQ(static_cast<int64_t>(parameter_count_formula(m)), count);
+  }
+}
+
+// With tp the exact count is of the padded vocabulary; qk-norm adds two [D] vectors a layer.
+TEST(Flops, QkNormAddsTwoHeadVectorsPerLayer) {
+  ModelConfig m = load_model_config(JUMBO_SOURCE_DIR "/inputs/models/tiny-llama.toml");
+  const int64_t without = parameter_count(m);
+  m.qk_norm = true;
+  EXPECT_EQ(parameter_count(m), without + m.layers * 2 * m.head_dim());
+}
+
+// Grouped-query attention's FLOPs: 6 per token and matrix element, plus attention's.
+TEST(Flops, LlamaFlopsCountTheGroupedMapsAndSwiglu) {
+  const ModelConfig m = load_model_config(JUMBO_SOURCE_DIR "/inputs/models/llama3-8b.toml");
+  const double s = 8192, l = 32, h = 4096, kv = 8 * 128, f = 14336, v = 128256;
+  const double matrices = l * (h * (h + 2 * kv) + h * h + 3 * h * f) + v * h;
+  EXPECT_NEAR(model_flops_per_iteration(m, 1, 8192), 6 * s * matrices + 6 * s * s * l * h,
+              1e-12 * 6 * s * matrices);
+}
+
 }  // namespace
 }  // namespace jumbo

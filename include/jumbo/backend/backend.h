@@ -45,6 +45,9 @@ struct AdamWRange {
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
 };
 
+// Which way rope() turns: the forward's rotation, or its inverse (the backward's).
+enum class RopeDirection { forward, inverse };
+
 // `count` elements at `offset` of a flat tensor.
 struct FlatSpan {
   int64_t offset = 0, count = 0;
@@ -96,35 +99,79 @@ class Backend {
   // `pre` (its backward needs it). A GPU fuses the GELU into the GEMM's epilogue.
   virtual void linear_gelu_fwd(Tensor out, Tensor pre, Tensor in, Tensor weight, Tensor bias) = 0;
 
+  // ---- RMSNorm over the last dim of x[N,C] (Zhang & Sennrich 2019) ----
+  // out = x * rstd * weight, rstd (f32 [N]) = 1 / sqrt(mean(x^2) + eps).
+  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps) = 0;
+  // dx += ..., dweight (f32, may be empty: a frozen weight) += ...
+  virtual void rmsnorm_bwd(Tensor dx, Tensor dweight, Tensor dout, Tensor x, Tensor weight,
+                           Tensor rstd) = 0;
+
+  // ---- qk-norm (Qwen 3, OLMo 2): RMSNorm over each query head and each key head ----
+  // qkv and out are [N, G*(R+2)*D] (the grouped layout of attention_fwd below): out is qkv
+  // with every query head x replaced by x * rstd * q_weight and every key head by
+  // x * rstd * k_weight (weights [D], the compute dtype), rstd = 1 / sqrt(mean(x^2) + eps)
+  // over the head's D values; value heads copied. rstd: f32 [N, H + G], a row's query heads
+  // in order, then its key heads.
+  virtual void qk_norm_fwd(Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight,
+                           Tensor k_weight, int64_t kv_heads, float eps) = 0;
+  // dqkv = the gradient at qkv from dout (out's): value heads' copied; dq_weight and
+  // dk_weight (f32, may be empty: frozen) +=. dqkv may be dout (in place).
+  virtual void qk_norm_bwd(Tensor dqkv, Tensor dq_weight, Tensor dk_weight, Tensor dout,
+                           Tensor qkv, Tensor q_weight, Tensor k_weight, Tensor rstd,
+                           int64_t kv_heads) = 0;
+
   // ---- causal self-attention ----
-  // qkv is a 3-d tensor [B, T, H*3*D] laid out per head as (q, k, v), each D wide; the head
-  // count H comes from stats, f32 [B, H, T, attention_stats_cols(T)], what the forward saves
-  // for the backward: the CPU reference keeps the probabilities (T columns, zero above the
-  // diagonal), flash attention one log-sum-exp per row (1 column).
+  // qkv is a 3-d tensor [B, T, G*(R+2)*D]: G = kv_heads key/value heads, each shared by
+  // R = H/G query heads (grouped-query attention, Ainslie et al. 2023; G = H is multi-head,
+  // G = 1 multi-query). A row holds group after group: the group's R query heads, then its
+  // key head, then its value head, each D wide (Megatron's layout; with G = H it is per head
+  // (q, k, v)). Query head h = g*R + r reads its group's key and value: no copy per query head.
+  // The query head count H comes from stats, f32 [B, H, T, attention_stats_cols(T)], what the
+  // forward saves for the backward: the CPU reference keeps the probabilities (T columns,
+  // zero above the diagonal), flash attention one log-sum-exp per row (1 column).
   // out[B,T,H*D] = softmax(q k^T / sqrt(D), causal) v.
   // With `positions` (i32 [B*T]: packed sequences, each token's position in its own
   // sequence) token t of a row attends to keys t - positions[t] .. t only: the causal mask
   // of each packed sequence, nothing across them.
   virtual int64_t attention_stats_cols(int64_t seq) const { return seq; }
-  virtual void attention_fwd(Tensor out, Tensor stats, Tensor qkv, Tensor positions = {}) = 0;
-  // dqkv (same layout as qkv) = ...; out is the forward's output (flash attention's
-  // backward needs rowsum(dout * out)); dstats (the shape of stats) is scratch.
+  virtual void attention_fwd(Tensor out, Tensor stats, Tensor qkv, int64_t kv_heads,
+                             Tensor positions = {}) = 0;
+  // dqkv (same layout as qkv) = ... (a key or value head's gradient sums over its group's
+  // query heads); out is the forward's output (flash attention's backward needs
+  // rowsum(dout * out)); dstats (the shape of stats) is scratch.
   virtual void attention_bwd(Tensor dqkv, Tensor dstats, Tensor dout, Tensor qkv, Tensor out,
-                             Tensor stats, Tensor positions = {}) = 0;
+                             Tensor stats, int64_t kv_heads, Tensor positions = {}) = 0;
 
   // ---- attention over a KV cache (generation) ----
-  // The query rows of one decode or prefill step: qkv [N, H*3*D] (per head q, k, v as above),
-  // rows i32 [N, 2] = (cache slot, position) of each row, caches [slots, H, P, D] in the
-  // compute dtype (P >= every position + 1). First stores each row's k and v at (slot,
-  // position) of k_cache and v_cache, then out[N, H*D] = softmax(q k^T / sqrt(D)) v over
-  // positions 0..position of the row's slot: a prefill passes consecutive positions of one
+  // The query rows of one decode or prefill step: qkv [N, G*(R+2)*D] (the grouped layout
+  // above), rows i32 [N, 2] = (cache slot, position) of each row, caches [slots, G, P, D] in
+  // the compute dtype (P >= every position + 1; G kv heads, H = out's width / D query heads).
+  // First stores each row's k and v at (slot, position) of k_cache and v_cache, then
+  // out[N, H*D] = softmax(q k^T / sqrt(D)) v over positions 0..position of the row's slot,
+  // each query head over its group's kv head: a prefill passes consecutive positions of one
   // slot, a decode step one row per sequence, and one step may mix both (continuous
   // batching). Rows of one slot have distinct positions; positions below a row's own that no
   // row of this step writes must have been written by earlier steps.
   virtual void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
                                   Tensor rows) = 0;
 
+  // ---- rotary position embedding (Su et al. 2021), Hugging Face's Llama form ----
+  // In place on the query and key heads of qkv [N, G*(R+2)*D] (any leading shape of N rows;
+  // the grouped layout above; value heads untouched): at row n's position p, each head's
+  // halves x1 = [0, D/2) and x2 = [D/2, D) become x1 cos - x2 sin and x2 cos + x1 sin
+  // (rotate_half), cos = table[p, i] and sin = table[p, D/2 + i] for i < D/2, table f32
+  // [P, D] (model/rope.h builds it). positions: i32 [N], or i32 [N, 2] whose second column
+  // is the position (a KV cache's rows). RopeDirection::inverse rotates by minus the angle:
+  // the backward, d(before) from d(after), in place on dqkv.
+  virtual void rope(Tensor qkv, Tensor table, Tensor positions, int64_t kv_heads,
+                    RopeDirection direction) = 0;
+
   // ---- elementwise ----
+  // out[N,F] = silu(gate_up[:, :F]) * gate_up[:, F:] (SwiGLU, Shazeer 2020), gate_up [N, 2F]
+  // the gate's and the up projection's outputs side by side.
+  virtual void swiglu_fwd(Tensor out, Tensor gate_up) = 0;
+  // dgate_up [N, 2F] = the gradients of gate_up's two halves (written, not accumulated).
+  virtual void swiglu_bwd(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
   virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // out = gelu(in), tanh form
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
   virtual void scale(Tensor t, float factor) = 0;                   // t *= factor

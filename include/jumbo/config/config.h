@@ -78,6 +78,19 @@ struct LoraShape {
   bool operator==(const LoraShape&) const = default;
 };
 
+// The model's architecture, one component per key (Megatron-Core's and torchtitan's flags),
+// each defaulting to the GPT-3 block: model/spec.h turns them into the shapes every floor
+// reads. Llama-family models are rmsnorm + rope + swiglu, kv_heads < heads, untied, no biases.
+enum class Norm : uint8_t { layernorm, rmsnorm };
+const char* to_string(Norm n);
+enum class PositionEncoding : uint8_t { learned, rope };
+const char* to_string(PositionEncoding p);
+// Llama 3's frequency scaling of RoPE (rope_scaling = llama3 in HF's config).
+enum class RopeScaling : uint8_t { none, llama3 };
+const char* to_string(RopeScaling r);
+enum class Mlp : uint8_t { gelu, swiglu };
+const char* to_string(Mlp m);
+
 struct ModelConfig {
   std::string preset;        // path of the preset file the keys came from (informational)
   std::string name = "custom";
@@ -89,8 +102,25 @@ struct ModelConfig {
   int64_t context = 0;       // sequence length (positions)
   int64_t vocab_multiple = 128;  // pad to a multiple of vocab_multiple x tp
 
+  Norm norm = Norm::layernorm;
+  double norm_eps = 1e-5;
+  PositionEncoding position = PositionEncoding::learned;
+  double rope_theta = 10000;
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 8;             // llama3 scaling: the context's growth
+  double rope_low_freq_factor = 1;    // wavelengths above original_context / this are scaled
+  double rope_high_freq_factor = 4;   // below original_context / this are kept
+  int64_t rope_original_context = 8192;
+  Mlp mlp = Mlp::gelu;
+  int64_t kv_heads = 0;          // key/value heads (grouped-query attention); 0 = heads
+  bool tied_embeddings = true;   // the head is the token embedding
+  bool linear_bias = true;       // every linear map has a bias
+  bool qkv_bias = false;         // the q, k, v maps have biases even without linear_bias (Qwen 2)
+  bool qk_norm = false;          // RMSNorm over each head's q and k (Qwen 3, OLMo 2)
+
   int64_t head_dim() const { return d_model / heads; }
   int64_t ffn_dim() const { return ffn > 0 ? ffn : 4 * d_model; }
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t padded_vocab(int64_t tp = 1) const {
     const int64_t m = vocab_multiple * tp;
     return (vocab + m - 1) / m * m;

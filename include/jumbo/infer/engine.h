@@ -16,7 +16,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/infer/checkpoint_weights.h"
 #include "jumbo/infer/sampling.h"
-#include "jumbo/model/decoder.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/parallel/rank_stage.h"
 
 namespace jumbo {
@@ -76,7 +76,7 @@ class GenerationEngine {
   const ModelConfig& model() const { return model_; }
   const DecodeShape& shape() const { return decoder_->shape(); }
   int64_t sampled_vocab() const { return opts_.sampled_vocab; }
-  GptDecoder& decoder() { return *decoder_; }
+  DecodeStage& decoder() { return *decoder_; }
   Grid& grid() { return stage_.grid(); }
 
  private:
@@ -93,7 +93,7 @@ class GenerationEngine {
   Manifest base_;           // the loaded checkpoint's: what an adapter must have been trained on
   std::string base_where_;  // its URL
   RankStage stage_;  // the grid, groups and stage plan, as training builds them
-  std::unique_ptr<GptDecoder> decoder_;
+  std::unique_ptr<DecodeStage> decoder_;
   Tensor gathered_;                  // [tp, sampled, vocab slice] on the last stage
   std::vector<float> host_logits_;   // its host copy
   std::vector<float> row_logits_;    // one row, the real vocabulary, in id order

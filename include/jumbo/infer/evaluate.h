@@ -13,7 +13,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/infer/checkpoint_weights.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/parallel/rank_stage.h"
 
@@ -80,7 +80,7 @@ class Evaluator {
   std::shared_ptr<Comm> world_;
   int64_t microbatches_per_run_;
   RankStage stage_;  // the grid, groups and stage plan: the forward half of training's
-  std::unique_ptr<GptModel> gpt_;
+  std::unique_ptr<ModelStage> model_stage_;
   std::unique_ptr<PipelineRunner> runner_;
   Manifest base_;           // what load() read: an adapter's base
   std::string base_where_;

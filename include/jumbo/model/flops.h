@@ -2,6 +2,7 @@
 // Parameter counts and model FLOPs (Narayanan et al. 2021, "Efficient Large-Scale Language
 // Model Training on GPU Clusters", appendix; Megatron-LM's code counts causal attention at half).
 #include <cstdint>
+#include <string>
 
 #include "jumbo/config/config.h"
 
@@ -9,11 +10,16 @@ namespace jumbo {
 
 // Exact count of this implementation's parameters (padded vocabulary included).
 int64_t parameter_count(const ModelConfig& m, int64_t tp = 1);
-// The paper's closed form 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) with the unpadded vocabulary.
+// The closed form with the unpadded vocabulary: for the GPT block the paper's
+// 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)); otherwise written from the spec's pieces
+// (grouped-query attention, SwiGLU's three maps, RMSNorm's one vector, an untied head).
 double parameter_count_formula(const ModelConfig& m);
+// That formula as text, for printing next to its value.
+std::string parameter_count_formula_text(const ModelConfig& m);
 // Model FLOPs of one training iteration (forward + backward, no recomputation) for `sequences`
-// sequences of length s: 72 B s l h^2 (1 + s/(12h) + V/(12 l h)) with the padded vocabulary.
-// Causal attention counted at half (s/(12h) rather than the paper's s/(6h)).
+// sequences of length s: 6 B s (l M + V h) + 6 B s^2 l H D, M a layer's weight-matrix
+// elements, with the padded vocabulary; for the GPT block 72 B s l h^2 (1 + s/(12h) +
+// V/(12 l h)). Causal attention counted at half (s/(12h) rather than the paper's s/(6h)).
 double model_flops_per_iteration(const ModelConfig& m, int64_t sequences, int64_t seq);
 double model_flops_per_token(const ModelConfig& m, int64_t seq);
 // LoRA adapters (config.h: LoraTarget, LoraTargetSet).
@@ -32,6 +38,7 @@ int64_t lora_adapter_params(const ModelConfig& m, int64_t rank, LoraTargetSet ta
 
 // The formula, for printing next to the numbers.
 inline constexpr const char* kModelFlopsFormula =
-    "72 B s l h^2 (1 + s/(12h) + V/(12 l h))  [Narayanan et al. 2021; causal attention at half]";
+    "6 B s (l M + V h) + 6 B s^2 l H D, M = a layer's matrix elements (GPT: 72 B s l h^2 (1 + "
+    "s/(12h) + V/(12 l h)))  [Narayanan et al. 2021; causal attention at half]";
 
 }  // namespace jumbo

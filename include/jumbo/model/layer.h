@@ -1,6 +1,6 @@
 #pragma once
 // One GPT transformer layer's forward and the head's logits, written once for training
-// (GptModel, every position of a microbatch) and decoding (GptDecoder, a step's rows over a KV
+// (TransformerStage, every position of a microbatch) and decoding (TransformerDecoder, a step's rows over a KV
 // cache). What differs between the two is a small object, not a copy of the op sequence
 // (Megatron-Core's TransformerLayer with `Attention.forward(..., inference_context)`):
 // - CoreAttention: causal attention over the sequence, or attention over a KV cache that may
@@ -17,6 +17,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
 #include "jumbo/model/params.h"
+#include "jumbo/model/spec.h"
 
 namespace jumbo {
 
@@ -27,9 +28,14 @@ struct LoraLayerParams {
   bool has(LoraTarget t) const { return a[static_cast<size_t>(t)] >= 0; }
 };
 
-// Where each of a layer's parameters sits in its stage's ParamStore (gpt_param_index).
-struct GptLayerParams {
-  int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+// Where each of a layer's parameters sits in its stage's ParamStore (stage_param_index); -1
+// where the spec has none (RMSNorm's bias, Llama's linear biases). ln1 and ln2 are the norms
+// before attention and MLP, LayerNorm or RMSNorm. fc1 is the up projection: with SwiGLU the
+// gate (fc1_w, fc1_b) and the up map (up_w, up_b) packed after it, read as one.
+struct LayerParams {
+  int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1, ln2_w = -1,
+      ln2_b = -1, fc1_w = -1, fc1_b = -1, up_w = -1, up_b = -1, fc2_w = -1, fc2_b = -1;
+  int q_norm_w = -1, k_norm_w = -1;  // qk-norm's weights
   LoraLayerParams lora;
 };
 
@@ -101,7 +107,9 @@ struct LoraRows {
 // passes aliases (input = residual2 = residual3: x += proj).
 struct LayerTensors {
   Tensor input, ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
-      ln2_mean, ln2_rstd, fch, fch_gelu, residual3, proj_full, proj_part;
+      ln2_mean, ln2_rstd, fch, fch_act, residual3, proj_full, proj_part;
+  // qk-norm: the q, k, v map's output before the norm (qkv is after it) and the heads' rstd.
+  Tensor qkv_raw, qk_rstd;
   // LoRA: which rows run which adapter (none: the base alone); per target, [N, stored rank]
   // for scale x (x A^T), what B's gradient reads; and scratch for B's output before it is
   // added (at least N x the widest map's output, flat, in the compute dtype).
@@ -130,6 +138,7 @@ class CausalAttention final : public CoreAttention {
   // Packed sequences (backend.h's attention positions) of the microbatch at hand; empty for
   // plain causal attention.
   Tensor positions;
+  int64_t kv_heads = 0;  // this rank's key/value heads
 };
 
 // Decoding: each row attends to its cache slot's earlier positions, after writing its own key
@@ -154,13 +163,24 @@ class KvCacheAttention final : public CoreAttention {
   Keep keep_;
 };
 
-// What a layer forward runs on: the kernels, the tensor-parallel region and the weights.
+// What a layer forward runs on: the kernels, the tensor-parallel region, the weights and the
+// architecture (this rank's part of it: spec.tp is the tp size).
 struct LayerContext {
   Backend& backend;
   TensorParallelRegion& tp;
   const ParamStore& params;
-  float layernorm_eps;
+  const ModelSpec& spec;
+  // RoPE: the table (model/rope.h) and each row's position (i32 [N], or a KV cache's rows
+  // [N, 2]); empty with learned positions.
+  Tensor rope_table{}, rope_positions{};
+  // A parameter's weight, or an empty tensor for an index of -1 (a bias the spec has not).
+  Tensor weight(int i) const { return i >= 0 ? params.weight(i) : Tensor{}; }
 };
+
+// The spec's norm of x into out: LayerNorm (keeping mean and rstd) or RMSNorm (rstd; mean
+// unused). bias is -1 without one.
+void norm_forward(const LayerContext& ctx, int weight, int bias, Tensor out, Tensor mean,
+                  Tensor rstd, Tensor x);
 
 // The one rule of a LoRA map's forward, out += scale B(A(x)), for each of t.lora_rows' ranges
 // with its adapter: for a column-parallel map (x whole, B this rank's output rows) every rank
@@ -176,9 +196,9 @@ void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget tar
 DropoutMask lora_dropout_mask(const LoraAdapter& adapter, uint64_t layer_seed, LoraTarget target,
                               const TensorParallelRegion& tp, int64_t in_local);
 
-// One pre-LayerNorm layer: residual2 = input + proj(attn(qkv(ln1(input)))),
-// residual3 = residual2 + fc2(gelu(fc1(ln2(residual2)))).
-void transformer_layer_forward(const LayerContext& ctx, const GptLayerParams& p,
+// One pre-norm layer: residual2 = input + proj(attn(rope?(qkv(ln1(input))))),
+// residual3 = residual2 + fc2(act(fc1(ln2(residual2)))), act GELU or SwiGLU (model/spec.h).
+void transformer_layer_forward(const LayerContext& ctx, const LayerParams& p,
                                CoreAttention& attention, LayerTensors t);
 
 // The head's tensors: the final norm (this rank's part, then gathered) and the logits of this
@@ -187,9 +207,9 @@ struct HeadTensors {
   Tensor lnf, lnf_full, lnf_mean, lnf_rstd, logits;
 };
 struct HeadParams {
-  int wte = -1, lnf_w = -1, lnf_b = -1;
+  int head = -1, lnf_w = -1, lnf_b = -1;  // head: the tied embedding or the untied head
 };
-// Final LayerNorm of x, gathered, then the tied-embedding logits over this rank's vocabulary
+// Final norm of x, gathered, then the head's logits over this rank's vocabulary
 // slice; its columns from `vocab_valid` on are padding (their number depends on tp) and are set
 // to -inf, so they take no part in a softmax or in sampling.
 void head_logits_forward(const LayerContext& ctx, const HeadParams& p, const HeadTensors& t,

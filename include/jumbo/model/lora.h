@@ -11,17 +11,17 @@
 #include <vector>
 
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/model/layer.h"
 
 namespace jumbo {
 
 // The stage's adapters in the order their store holds them: layer after layer, in each the
 // targets' A then B in LoraTarget order. Empty without opts.lora.
-std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const GptOptions& opts,
+std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const StageOptions& opts,
                                          int64_t tp_rank, int64_t tp_size);
 // Where each of the stage's layers' adapters sits in that order.
-std::vector<LoraLayerParams> lora_layer_index(const GptOptions& opts);
+std::vector<LoraLayerParams> lora_layer_index(const StageOptions& opts);
 // The name of a layer's adapter matrix ("layers.3.mlp.fc1.lora_b").
 std::string lora_param_name(int64_t layer, LoraTarget target, bool b_matrix);
 // The base weight a target adapts ("layers.3.mlp.fc1.weight").

@@ -35,6 +35,9 @@ struct ParamInfo {
   // position embedding) and LoRA's A of a column-parallel map (this rank's output slice).
   bool tp_partial_grad = false;
   int64_t valid_rows = -1;    // rows >= this are padding (the padded vocabulary); -1: none
+  // Stored right after the parameter before it, with no alignment padding between, so the two
+  // read as one tensor (ParamStore::joined): SwiGLU's gate and up maps, one GEMM.
+  bool packed_with_previous = false;
   int64_t flat_offset = 0;    // element offset in the flat buffers
   int64_t numel() const { return slice.numel(); }
 };
@@ -69,6 +72,10 @@ class ParamStore {
   int64_t total_numel() const { return total_; }
   Tensor grad(int i) const;
   Tensor weight(int i) const;  // in the compute dtype and the parameter's shape
+  // Parameters first .. last (each packed_with_previous after the first, of equal trailing
+  // shape) as one tensor, rows after rows: weights or grads. first alone when last < 0.
+  Tensor joined_weights(int first, int last) const;
+  Tensor joined_grads(int first, int last) const;
   Tensor all_grads() const { return flat(grads_, DType::f32); }
   Tensor all_weights() const { return flat(weights_, compute_dtype_); }
   DType compute_dtype() const { return compute_dtype_; }
@@ -78,6 +85,7 @@ class ParamStore {
  private:
   Tensor flat(void* base, DType t) const;
   Tensor shaped(void* base, DType t, int i) const;
+  Tensor joined(void* base, DType t, int first, int last) const;
   std::vector<ParamInfo> params_;
   int64_t total_ = 0;
   Arena arena_;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "jumbo/comm/comm.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/parallel/pipeline_exchange.h"
 #include "jumbo/parallel/pipeline_schedule.h"
 #include "jumbo/parallel/stage_plan.h"
@@ -40,16 +40,16 @@ struct PipelineRun {
   PipelineMode mode = PipelineMode::train;
   int64_t microbatches = 1;
   float loss_scale = 1.0f;  // train: the weight of each token's loss in the backward
-  // train: installed for the last microbatch's backward (GptModel::set_grads_ready_hook):
+  // train: installed for the last microbatch's backward (ModelStage::set_grads_ready_hook):
   // called each time every gradient at flat offset >= its argument is final.
   std::function<void(int64_t)> grads_ready;
-  // Installed for the run's forwards (GptModel::set_weights_needed_hook): called before the
+  // Installed for the run's forwards (ModelStage::set_weights_needed_hook): called before the
   // weights below its argument are first read (ZeRO's overlapped weight gather).
   std::function<void(int64_t)> weights_needed;
   // forward_only: when set, the per-token losses are appended here (on the stage with the
   // head, in microbatch and token order) and run() returns their sum.
   std::vector<float>* token_losses = nullptr;
-  // train: the step's seed of the LoRA dropout masks (GptModel::begin_run); forward_only
+  // train: the step's seed of the LoRA dropout masks (ModelStage::begin_run); forward_only
   // never drops.
   std::optional<uint64_t> dropout_seed = std::nullopt;
 };
@@ -58,7 +58,7 @@ class PipelineRunner {
  public:
   // `pp` is the rank's pipeline group (rank = stage); the plan gives the stage, its chunks,
   // its activation slots and the full batch's schedule.
-  PipelineRunner(GptModel& model, Comm& pp, const StagePlan& plan);
+  PipelineRunner(ModelStage& model, Comm& pp, const StagePlan& plan);
 
   // Runs `run.microbatches` microbatches from `source` through this stage and returns the
   // sum of their per-token losses on the stage with the head (0 elsewhere), read from the
@@ -75,7 +75,7 @@ class PipelineRunner {
   };
   const Schedule& schedule(PipelineMode mode, int64_t microbatches);
 
-  GptModel& model_;
+  ModelStage& model_;
   Comm& pp_;
   int stages_, stage_, chunks_;
   Schedule train_, forward_only_;

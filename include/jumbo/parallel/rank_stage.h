@@ -1,6 +1,6 @@
 #pragma once
 // RankStage: where one rank sits in a layout and what its stage holds — the grid of its world,
-// the process groups over it, and its stage plan (layers, GptOptions, schedule, slots, ranges).
+// the process groups over it, and its stage plan (layers, StageOptions, schedule, slots, ranges).
 // The first half of every rank's assembly: training (TrainStage) builds its model stage, grad
 // sync, AdamW and pipeline on it; evaluation its forward-only model and runner; generation
 // its decoder. One home, so the three cannot drift apart.
@@ -28,7 +28,7 @@ class RankStage {
   const Grid& grid() const { return *grid_; }
   const ProcessGroups& groups() const { return groups_; }
   const StagePlan& plan() const { return plan_; }
-  const GptOptions& options() const { return plan_.model; }  // what the stage's model is built with
+  const StageOptions& options() const { return plan_.model; }  // what the stage's model is built with
 
  private:
   // On the heap, so that a RankStage moves without the groups' references dangling.

@@ -1,7 +1,7 @@
 #pragma once
 // The stage plan: everything one rank of a layout holds and runs, as a pure function of the
 // model, the layout, the step's shape and the rank's grid coordinates — its layers (the
-// stage split), its GptOptions, its pipeline schedule and activation slots, the dp buckets of
+// stage split), its StageOptions, its pipeline schedule and activation slots, the dp buckets of
 // its flat parameter buffer and the optimizer ranges it updates. The trainer builds its
 // model from it; the planner, checkpoint conversion and the benchmarks read ranks they never
 // build from the same function.
@@ -11,7 +11,7 @@
 
 #include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/model/params.h"
 #include "jumbo/parallel/pipeline_schedule.h"
 #include "jumbo/parallel/sharding.h"
@@ -50,14 +50,14 @@ StepShape step_shape_of(const RunConfig& cfg);
 
 struct StagePlan {
   StageLayers layers;
-  GptOptions model;  // what GptModel is built with
+  StageOptions model;  // what the stage's model is built with (make_model_stage)
   // Microbatches per step on this data-parallel rank at the full global batch (the batch
   // ramp only shrinks it), and this rank's pipeline schedule for them (with pp = 1: forward,
   // backward per microbatch).
   int64_t microbatches = 1;
   std::vector<PipeOp> schedule;
   int64_t eval_microbatches = 0;  // of one forward-only run (evaluation) on this rank
-  // The stage's trained parameters as GptModel registers them (layout only: nothing
+  // The stage's trained parameters as the model stage registers them (layout only: nothing
   // allocated), padded to a multiple of dp: every weight, or with LoRA the adapters alone
   // (the frozen base has no gradient, optimizer state or checkpoint shard). The buckets,
   // optimizer and grad-norm ranges below are over these.

@@ -51,7 +51,7 @@ struct PlanCandidate {
   // compute, elementwise, recompute and tp are the slowest pipeline rank's: its layers and,
   // on the last, the head (the pipeline runs at its pace).
   double compute_s = 0;    // the model's FLOPs at the machine's GEMM and attention rates
-  double elementwise_s = 0;  // norms, GELU, adds, cross-entropy at its memory bandwidth
+  double elementwise_s = 0;  // norms, activation, RoPE, adds, cross-entropy at the memory bandwidth
   double recompute_s = 0;  // the forward run again (full) or the attention core (selective)
   double tp_comm_s = 0;    // tensor-parallel collectives, on the critical path
   double pp_comm_s = 0;    // the stages' transfers the schedule cannot hide (simulated)
@@ -68,6 +68,18 @@ struct PlanCandidate {
 // "compute 1.234 s, recompute 0, tp 0.1, pp 0.01, bubble 0.3, dp 0.05 exposed of 0.2,
 // optimizer 0.02": the terms, for bench train's preflight line and `jumbo plan --terms`.
 std::string describe_time_terms(const PlanCandidate& c);
+
+// The memory-bound kernels of one layer, in b s h values each moves over the whole batch
+// (docs/plan.md "The step-time model"), from the model's spec: the norm regions' (run on
+// every tp rank, or on its 1/tp of the sequence under sequence parallelism), and the values
+// split over tp (the MLP's activation, RoPE's rotation, qk-norm), summed over the tp ranks.
+// GPT: 22 (10 forward) and 5 f/h (2 f/h); Llama: 22 (10) and 8 f/h + 4 (H + G) D / h
+// (3 f/h + 2 (H + G) D / h); qk-norm adds 8 (H + G) D / h (2 forward).
+struct LayerElementwise {
+  double norm_regions = 0, norm_regions_forward = 0;
+  double tp_split = 0, tp_split_forward = 0;
+};
+LayerElementwise layer_elementwise_values(const ModelConfig& m);
 
 // Estimated step time and its terms, and MFU, of one layout (fills bubble, the *_s, mfu).
 void estimate_time(const PlanRequest& r, PlanCandidate& c);

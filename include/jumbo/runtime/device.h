@@ -7,7 +7,7 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 
 namespace jumbo {
 
@@ -21,7 +21,7 @@ std::unique_ptr<Backend> make_backend(Device device);
 // options from the stage plan) the kernels of `device` cannot run: an unsupported attention
 // head size on the GPU, a CUDA run in a CPU-only build. Needs no device: `jumbo train` asks
 // before it opens one.
-void check_device_supports(const RunConfig& cfg, const GptOptions& stage, Device device);
+void check_device_supports(const RunConfig& cfg, const StageOptions& stage, Device device);
 // The world communicator for `backend`: MPI on the CPU (held to NCCL's rules with
 // comm.emulate = nccl, on more than one rank); on a GPU, NCCL over MPI's world, whose splits
 // (the grid's tp, pp, dp groups) are NCCL communicators as well. Emulation with the CUDA

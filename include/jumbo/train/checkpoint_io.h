@@ -29,7 +29,7 @@ std::vector<PieceData> optimizer_state_pieces(const ParamStore& params,
                                               float* exp_avg_sq, StateUse use);
 
 // Collective over `dp`: dp rank 0 loads the master weights of `params` (a stage of any tp x pp
-// layout, its shapes from gpt_stage_params) from the checkpoint and the replicas receive them;
+// layout, its shapes from stage_params) from the checkpoint and the replicas receive them;
 // then the compute copy is refreshed. Only `master` is read (a null state pointer is skipped).
 // For inference, and LoRA's frozen base. Throws UserError naming the file or tensor, on every
 // rank of `dp` alike (the replicas would otherwise wait for the broadcast).

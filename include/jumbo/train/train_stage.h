@@ -8,7 +8,7 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/parallel/groups.h"
 #include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/parallel/rank_stage.h"
@@ -31,8 +31,8 @@ class TrainStage {
   Grid& grid() { return place_.grid(); }
   const ProcessGroups& groups() const { return place_.groups(); }
   const StagePlan& plan() const { return place_.plan(); }
-  GptModel& model() { return model_; }
-  const GptModel& model() const { return model_; }
+  ModelStage& model() { return *model_; }
+  const ModelStage& model() const { return *model_; }
   GradSync& grad_sync() { return grad_sync_; }
   AdamW& optimizer() { return optimizer_; }
   const AdamW& optimizer() const { return optimizer_; }
@@ -40,7 +40,7 @@ class TrainStage {
 
  private:
   RankStage place_;
-  GptModel model_;
+  std::unique_ptr<ModelStage> model_;
   GradSync grad_sync_;
   AdamW optimizer_;
   PipelineRunner pipeline_;

@@ -15,7 +15,7 @@
 #include "jumbo/comm/comm.h"
 #include "jumbo/comm/grid.h"
 #include "jumbo/config/config.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/stage.h"
 #include "jumbo/obs/emf.h"
 #include "jumbo/obs/metrics.h"
 #include "jumbo/obs/step_meter.h"
@@ -73,7 +73,7 @@ class Trainer {
   // Mean per-token loss over eval_batches microbatches of each set of data.valid into
   // m.val_losses, and their data.valid-weighted mean into m.val_loss.
   void evaluate(StepMetrics& m);
-  GptModel& model() { return stage_->model(); }
+  ModelStage& model() { return stage_->model(); }
   const AdamW& optimizer() const { return stage_->optimizer(); }
   Grid& grid() { return stage_->grid(); }
 

@@ -74,16 +74,40 @@ class CpuBackend final : public Backend {
   void linear_bwd(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w) override {
     cpu::linear_bwd(scratch_, din, dw, dbias, dout, in, w);
   }
-  void attention_fwd(Tensor out, Tensor probs, Tensor qkv, Tensor positions = {}) override {
-    cpu::attention_fwd(out, probs, qkv, positions);
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    cpu::rmsnorm_fwd(out, rstd, x, w, eps);
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    cpu::rmsnorm_bwd(dx, dw, dout, x, w, rstd);
+  }
+  void attention_fwd(Tensor out, Tensor probs, Tensor qkv, int64_t kv_heads,
+                     Tensor positions = {}) override {
+    cpu::attention_fwd(out, probs, qkv, kv_heads, positions);
   }
   void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
                           Tensor rows) override {
     cpu::attention_kv_cache(out, qkv, k_cache, v_cache, rows);
   }
+  // The kept probabilities are all the backward needs: `out` goes unused.
   void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor /*out*/,
-                     Tensor probs, Tensor positions = {}) override {
-    cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs, positions);
+                     Tensor probs, int64_t kv_heads, Tensor positions = {}) override {
+    cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs, kv_heads, positions);
+  }
+  void qk_norm_fwd(Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight, Tensor k_weight,
+                   int64_t kv_heads, float eps) override {
+    cpu::qk_norm_fwd(out, rstd, qkv, q_weight, k_weight, kv_heads, eps);
+  }
+  void qk_norm_bwd(Tensor dqkv, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor qkv,
+                   Tensor q_weight, Tensor k_weight, Tensor rstd, int64_t kv_heads) override {
+    cpu::qk_norm_bwd(dqkv, dq_weight, dk_weight, dout, qkv, q_weight, k_weight, rstd, kv_heads);
+  }
+  void rope(Tensor qkv, Tensor table, Tensor positions, int64_t kv_heads,
+            RopeDirection direction) override {
+    cpu::rope(qkv, table, positions, kv_heads, direction);
+  }
+  void swiglu_fwd(Tensor out, Tensor gate_up) override { cpu::swiglu_fwd(out, gate_up); }
+  void swiglu_bwd(Tensor dgate_up, Tensor dout, Tensor gate_up) override {
+    cpu::swiglu_bwd(dgate_up, dout, gate_up);
   }
   void gelu_fwd(Tensor out, Tensor in) override { cpu::gelu_fwd(out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cpu::gelu_bwd(din, dout, in); }

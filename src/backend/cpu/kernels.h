@@ -64,10 +64,20 @@ int64_t linear_rows_panel_floats(int64_t rows, int64_t k);
 inline constexpr int64_t kRowsKernelRows = 256;
 void linear_bwd(Scratch& s, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
-void attention_fwd(Tensor out, Tensor probs, Tensor qkv, Tensor positions);
+void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps);
+void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd);
+void swiglu_fwd(Tensor out, Tensor gate_up);
+void swiglu_bwd(Tensor dgate_up, Tensor dout, Tensor gate_up);
+
+void qk_norm_fwd(Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight, Tensor k_weight,
+                 int64_t kv_heads, float eps);
+void qk_norm_bwd(Tensor dqkv, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor qkv,
+                 Tensor q_weight, Tensor k_weight, Tensor rstd, int64_t kv_heads);
+void attention_fwd(Tensor out, Tensor probs, Tensor qkv, int64_t kv_heads, Tensor positions);
 void attention_bwd(Tensor dqkv, Tensor dprobs, Tensor dout, Tensor qkv, Tensor probs,
-                   Tensor positions);
+                   int64_t kv_heads, Tensor positions);
 void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor rows);
+void rope(Tensor qkv, Tensor table, Tensor positions, int64_t kv_heads, RopeDirection direction);
 
 void ce_local_max(Tensor max, Tensor logits);
 void ce_local_sumexp(Tensor sumexp, Tensor logits, Tensor max);

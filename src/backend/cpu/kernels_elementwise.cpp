@@ -1,4 +1,4 @@
-// Elementwise, embedding and layernorm kernels: memory-bound loops, OpenMP across rows or
+// Elementwise, embedding and normalisation kernels: memory-bound loops, OpenMP across rows or
 // elements, SIMD within.
 #include <algorithm>
 #include <cmath>
@@ -128,6 +128,61 @@ void gelu_bwd(Tensor din, Tensor dout, Tensor in) {
       const float sech2 = 1.0f - th * th;
       const float d = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
       store(dx, i, load(g, i) * d);
+    }
+  });
+}
+
+// silu(g) = g sigmoid(g); fast_expf keeps the loops vectorised (its clamp of |g| at ~87
+// moves sigmoid by under 1e-37 there).
+void swiglu_fwd(Tensor out, Tensor gate_up) {
+  const int64_t f = out.ndim > 0 ? out.dim(-1) : 0, rows = f > 0 ? out.numel() / f : 0;
+  expect(out.dtype == gate_up.dtype && gate_up.dim(-1) == 2 * f &&
+             gate_up.numel() == 2 * out.numel(),
+         "swiglu_fwd: out [N, F], gate_up [N, 2F], one dtype");
+  dispatch_float(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pgu = gate_up.as<T>();
+    T* po = out.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gate = pgu + r * 2 * f;
+      const T* up = gate + f;
+      T* o = po + r * f;
+#pragma omp simd
+      for (int64_t i = 0; i < f; ++i) {
+        const float x = load(gate, i);
+        store(o, i, x / (1.0f + fast_expf(-x)) * load(up, i));
+      }
+    }
+  });
+}
+
+void swiglu_bwd(Tensor dgate_up, Tensor dout, Tensor gate_up) {
+  const int64_t f = dout.ndim > 0 ? dout.dim(-1) : 0, rows = f > 0 ? dout.numel() / f : 0;
+  expect(dout.dtype == gate_up.dtype && dgate_up.dtype == gate_up.dtype &&
+             gate_up.dim(-1) == 2 * f && gate_up.numel() == 2 * dout.numel() &&
+             dgate_up.numel() == gate_up.numel(),
+         "swiglu_bwd: dout [N, F], gate_up and dgate_up [N, 2F], one dtype");
+  dispatch_float(dout.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pgu = gate_up.as<T>();
+    const T* pg = dout.as<T>();
+    T* pd = dgate_up.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gate = pgu + r * 2 * f;
+      const T* up = gate + f;
+      const T* g = pg + r * f;
+      T* dgate = pd + r * 2 * f;
+      T* dup = dgate + f;
+#pragma omp simd
+      for (int64_t i = 0; i < f; ++i) {
+        const float x = load(gate, i), u = load(up, i), dy = load(g, i);
+        const float sig = 1.0f / (1.0f + fast_expf(-x));
+        // d silu / dx = sig (1 + x (1 - sig))
+        store(dgate, i, dy * u * sig * (1.0f + x * (1.0f - sig)));
+        store(dup, i, dy * x * sig);
+      }
     }
   });
 }
@@ -349,6 +404,84 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
           pdb[i] += g;
           pdw[i] += (load(xr, i) - m) * s * g;
         }
+      }
+    }
+  });
+}
+
+void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+  const int64_t c = x.dim(-1), rows = c > 0 ? x.numel() / c : 0;
+  expect(rstd.dtype == DType::f32 && rstd.numel() == rows && out.dtype == x.dtype &&
+             w.dtype == x.dtype && out.numel() == x.numel() && w.numel() == c,
+         "rmsnorm_fwd: out and x [N, C], weight [C], rstd f32 [N]");
+  dispatch_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.as<T>();
+    const T* pw = w.as<T>();
+    T* po = out.as<T>();
+    float* pr = rstd.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      float ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < c; ++i) ss += load(xr, i) * load(xr, i);
+      const float s = 1.0f / std::sqrt(ss / static_cast<float>(c) + eps);
+      T* orow = po + r * c;
+#pragma omp simd
+      for (int64_t i = 0; i < c; ++i) store(orow, i, load(xr, i) * s * load(pw, i));
+      pr[r] = s;
+    }
+  });
+}
+
+// dx = rstd (dnorm - norm mean(dnorm norm)), dnorm = dout w, norm = x rstd (layernorm's without
+// the mean terms).
+void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) {
+  const int64_t c = x.dim(-1), rows = c > 0 ? x.numel() / c : 0;
+  expect(rstd.dtype == DType::f32 && rstd.numel() == rows && dx.dtype == x.dtype &&
+             dout.dtype == x.dtype && w.dtype == x.dtype && dx.numel() == x.numel() &&
+             dout.numel() == x.numel() && w.numel() == c &&
+             (dw.empty() || (dw.dtype == DType::f32 && dw.numel() == c)),
+         "rmsnorm_bwd: dx, dout, x [N, C], weight [C], dweight f32 [C] or empty, rstd f32 [N]");
+  const float* pr = rstd.as<float>();
+  dispatch_float(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.as<T>();
+    const T* pw = w.as<T>();
+    const T* pg = dout.as<T>();
+    T* pdx = dx.as<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      const T* gr = pg + r * c;
+      const float s = pr[r];
+      float dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_norm_mean)
+      for (int64_t i = 0; i < c; ++i) {
+        dnorm_norm_mean += load(pw, i) * load(gr, i) * load(xr, i) * s;
+      }
+      dnorm_norm_mean /= static_cast<float>(c);
+      T* dxr = pdx + r * c;
+#pragma omp simd
+      for (int64_t i = 0; i < c; ++i) {
+        const float norm = load(xr, i) * s;
+        const float dnorm = load(pw, i) * load(gr, i);
+        store(dxr, i, load(dxr, i) + (dnorm - norm * dnorm_norm_mean) * s);
+      }
+    }
+    if (dw.empty()) return;  // a frozen weight
+    // dw: threads own column blocks, each summing its rows in order (deterministic).
+    float* pdw = dw.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < c; c0 += 64) {
+      const int64_t c1 = std::min(c, c0 + 64);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = px + r * c;
+        const T* gr = pg + r * c;
+        const float s = pr[r];
+#pragma omp simd
+        for (int64_t i = c0; i < c1; ++i) pdw[i] += load(xr, i) * s * load(gr, i);
       }
     }
   });

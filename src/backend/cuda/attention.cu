@@ -1,8 +1,10 @@
 // Causal flash attention, forward and backward (Dao 2022; FlashAttention-2's work split).
 //
-// Layout (backend.h): qkv [B, T, H*3*D], each token's H heads consecutive, each head's 3*D
-// values (q, k, v); out [B, T, H*D]; lse f32 [B, H, T, 1] = log sum_j exp(scale * q_t . k_j)
-// over j <= t, the only statistic the backward needs. No T x T matrix is ever stored.
+// Layout (backend.h): qkv [B, T, G*(R+2)*D], grouped-query attention: each token's G groups
+// consecutive, a group's R query heads, then its key head, then its value head (G = H: per head
+// (q, k, v)); query head h = g*R + r attends with group g's key and value. out [B, T, H*D];
+// lse f32 [B, H, T, 1] = log sum_j exp(scale * q_t . k_j) over j <= t, the only statistic the
+// backward needs. No T x T matrix is ever stored.
 //
 // bf16 storage runs on tensor cores: mma.sync.m16n8k16 (bf16 in, fp32 accumulate) fed by
 // ldmatrix from padded shared memory (row stride D + 8 halves: 16-byte aligned rows, no bank
@@ -19,10 +21,12 @@
 // 1e-4 parity the CPU reference is held to): 256 threads as a 16 x 16 grid, each owning 4 rows
 // of the resident tile, scores staged through shared memory.
 //
-// Backward: delta = rowsum(dout * out) first (one warp per row); then one kernel per key tile
-// accumulating dK and dV over the query tiles from the diagonal down, and one kernel per query
-// tile accumulating dQ over the key tiles up to the diagonal (recomputing P and dS). No atomics:
-// every sum has a fixed order, so the same inputs give bit-identical gradients.
+// Backward: delta = rowsum(dout * out) first (one warp per row); then one kernel per (key tile,
+// kv head) accumulating dK and dV over the group's query heads in order, each over the query
+// tiles from the diagonal down, and one kernel per (query tile, query head) accumulating dQ over
+// the key tiles up to the diagonal (recomputing P and dS). No atomics: every sum has a fixed
+// order, so the same inputs give bit-identical gradients; with G = H the grouping changes
+// nothing (R = 1: the same arithmetic as multi-head attention).
 //
 // Packed sequences (positions, i32 [B*T]): query t sees only keys t - positions[t] .. t. Each
 // kernel has a PACKED instantiation (a template bool: the plain causal one compiles to the same
@@ -111,6 +115,7 @@ __global__ void __launch_bounds__(kDeltaThreads)
 
 struct Dims {
   int b, t, h, d;
+  int g, r;  // kv heads (groups) and query heads per group: h = g * r
 };
 
 std::string op_prefix(const char* op) { return std::string(op) + ": "; }
@@ -136,12 +141,13 @@ void require_dtype(const char* op, const char* name, const Tensor& t, DType want
   }
 }
 
-// B, T, H, D from qkv [B, T, H*3*D] and a per-row statistic [B, H, T, 1]; checks what every
-// attention launcher needs (D instantiated, grid limits).
+// B, T, H, D, G, R from qkv [B, T, G*(R+2)*D], a per-row statistic [B, H, T, 1] and the kv
+// head count G; checks what every attention launcher needs (D instantiated, grid limits).
 Dims attention_dims(const char* op, const Tensor& qkv, const Tensor& stats,
-                    const char* stats_name) {
+                    const char* stats_name, int64_t kv_heads) {
   if (qkv.ndim != 3) {
-    throw std::invalid_argument(op_prefix(op) + "qkv must be [B, T, H*3*D], got " + qkv.describe());
+    throw std::invalid_argument(op_prefix(op) + "qkv must be [B, T, G*(R+2)*D], got " +
+                                qkv.describe());
   }
   if (qkv.dtype != DType::f32 && qkv.dtype != DType::bf16) {
     throw std::invalid_argument(op_prefix(op) + "qkv must be f32 or bf16, got " + qkv.describe());
@@ -152,12 +158,19 @@ Dims attention_dims(const char* op, const Tensor& qkv, const Tensor& stats,
                                 qkv.describe() + ", got " + stats.describe());
   }
   require_dtype(op, stats_name, stats, DType::f32);
-  const int64_t b = qkv.dim(0), t = qkv.dim(1), h = stats.dim(1);
-  if (qkv.dim(2) % (3 * h) != 0) {
-    throw std::invalid_argument(op_prefix(op) + "qkv's last dim " + std::to_string(qkv.dim(2)) +
-                                " is not H*3*D for H=" + std::to_string(h));
+  const int64_t b = qkv.dim(0), t = qkv.dim(1), h = stats.dim(1), g = kv_heads;
+  if (g < 1 || h % g != 0) {
+    throw std::invalid_argument(op_prefix(op) + "kv_heads=" + std::to_string(g) +
+                                " does not divide the " + std::to_string(h) + " query heads of " +
+                                stats_name + " " + stats.describe());
   }
-  const int64_t d = qkv.dim(2) / (3 * h);
+  const int64_t r = h / g;
+  if (qkv.dim(2) % (g * (r + 2)) != 0) {
+    throw std::invalid_argument(op_prefix(op) + "qkv's last dim " + std::to_string(qkv.dim(2)) +
+                                " is not G*(R+2)*D for G=" + std::to_string(g) +
+                                ", R=" + std::to_string(r));
+  }
+  const int64_t d = qkv.dim(2) / (g * (r + 2));
   if (!flash_attention_supports(d)) {
     throw std::invalid_argument(op_prefix(op) + "head size D=" + std::to_string(d) +
                                 " is not instantiated (flash attention supports D = 64, 128, 144)");
@@ -167,7 +180,8 @@ Dims attention_dims(const char* op, const Tensor& qkv, const Tensor& stats,
                                 ", H=" + std::to_string(h) + ", T=" + std::to_string(t) +
                                 " exceed the launch grid (B, H <= 65535, T <= 2^30)");
   }
-  return {static_cast<int>(b), static_cast<int>(t), static_cast<int>(h), static_cast<int>(d)};
+  return {static_cast<int>(b), static_cast<int>(t), static_cast<int>(h), static_cast<int>(d),
+          static_cast<int>(g), static_cast<int>(r)};
 }
 
 void check_launch(const char* kernel, int d) {
@@ -203,9 +217,10 @@ class SmemOptIn {
   std::atomic<uint64_t> done_{0};
 };
 
-dim3 tile_grid(const Dims& s, int rows_per_block) {
+// Blocks of rows_per_block rows for each of `heads` heads (query heads, or kv heads for dK/dV).
+dim3 tile_grid(const Dims& s, int rows_per_block, int heads) {
   return dim3(static_cast<unsigned>((s.t + rows_per_block - 1) / rows_per_block),
-              static_cast<unsigned>(s.h), static_cast<unsigned>(s.b));
+              static_cast<unsigned>(heads), static_cast<unsigned>(s.b));
 }
 
 // PACKED: `positions` (i32 [B*T] device memory) masks each query to its own sequence; else it
@@ -220,16 +235,18 @@ void launch_fwd(cudaStream_t stream, const Dims& s, Tensor out, Tensor lse, Tens
     static SmemOptIn opt_in;
     opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_bf16<D, BC, PACKED>), smem,
                   "flash_fwd_bf16", D);
-    flash_fwd_bf16<D, BC, PACKED><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem, stream>>>(
-        qkv.as<hbf16>(), out.as<hbf16>(), lse.as<float>(), s.t, s.h, scale_log2, positions);
+    flash_fwd_bf16<D, BC, PACKED>
+        <<<tile_grid(s, kRowsPerBlock, s.h), kMmaThreads, smem, stream>>>(
+            qkv.as<hbf16>(), out.as<hbf16>(), lse.as<float>(), s.t, s.h, s.r, scale_log2,
+            positions);
     check_launch("flash_fwd_bf16", D);
   } else {
     constexpr size_t smem = fwd_f32_smem<D>();
     static SmemOptIn opt_in;
     opt_in.ensure(reinterpret_cast<const void*>(&flash_fwd_f32<D, PACKED>), smem, "flash_fwd_f32",
                   D);
-    flash_fwd_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem, stream>>>(
-        qkv.as<float>(), out.as<float>(), lse.as<float>(), s.t, s.h, scale_log2, positions);
+    flash_fwd_f32<D, PACKED><<<tile_grid(s, kSimtRows, s.h), kSimtThreads, smem, stream>>>(
+        qkv.as<float>(), out.as<float>(), lse.as<float>(), s.t, s.h, s.r, scale_log2, positions);
     check_launch("flash_fwd_f32", D);
   }
 }
@@ -253,9 +270,9 @@ void launch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, T
     opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_bf16<D, BQ, PACKED>), smem_kv,
                   "flash_bwd_dkdv_bf16", D);
     flash_bwd_dkdv_bf16<D, BQ, PACKED>
-        <<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_kv, stream>>>(
+        <<<tile_grid(s, kRowsPerBlock, s.g), kMmaThreads, smem_kv, stream>>>(
             qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(),
-            dqkv.as<hbf16>(), s.t, s.h, scale, scale_log2, positions);
+            dqkv.as<hbf16>(), s.t, s.h, s.r, scale, scale_log2, positions);
     check_launch("flash_bwd_dkdv_bf16", D);
 
     constexpr int BS = streamed_rows<D>();
@@ -263,9 +280,10 @@ void launch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, T
     static SmemOptIn opt_q;
     opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_bf16<D, BS, PACKED>), smem_q,
                  "flash_bwd_dq_bf16", D);
-    flash_bwd_dq_bf16<D, BS, PACKED><<<tile_grid(s, kRowsPerBlock), kMmaThreads, smem_q, stream>>>(
-        qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(), dqkv.as<hbf16>(),
-        s.t, s.h, scale, scale_log2, positions);
+    flash_bwd_dq_bf16<D, BS, PACKED>
+        <<<tile_grid(s, kRowsPerBlock, s.h), kMmaThreads, smem_q, stream>>>(
+            qkv.as<hbf16>(), dout.as<hbf16>(), lse.as<float>(), delta.as<float>(),
+            dqkv.as<hbf16>(), s.t, s.h, s.r, scale, scale_log2, positions);
     check_launch("flash_bwd_dq_bf16", D);
   } else {
     attention_delta<float><<<delta_blocks, kDeltaThreads, 0, stream>>>(
@@ -276,18 +294,18 @@ void launch_bwd(cudaStream_t stream, const Dims& s, Tensor dqkv, Tensor delta, T
     static SmemOptIn opt_kv;
     opt_kv.ensure(reinterpret_cast<const void*>(&flash_bwd_dkdv_f32<D, PACKED>), smem_kv,
                   "flash_bwd_dkdv_f32", D);
-    flash_bwd_dkdv_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem_kv, stream>>>(
+    flash_bwd_dkdv_f32<D, PACKED><<<tile_grid(s, kSimtRows, s.g), kSimtThreads, smem_kv, stream>>>(
         qkv.as<float>(), dout.as<float>(), lse.as<float>(), delta.as<float>(), dqkv.as<float>(),
-        s.t, s.h, scale, scale_log2, positions);
+        s.t, s.h, s.r, scale, scale_log2, positions);
     check_launch("flash_bwd_dkdv_f32", D);
 
     constexpr size_t smem_q = dq_f32_smem<D>();
     static SmemOptIn opt_q;
     opt_q.ensure(reinterpret_cast<const void*>(&flash_bwd_dq_f32<D, PACKED>), smem_q,
                  "flash_bwd_dq_f32", D);
-    flash_bwd_dq_f32<D, PACKED><<<tile_grid(s, kSimtRows), kSimtThreads, smem_q, stream>>>(
+    flash_bwd_dq_f32<D, PACKED><<<tile_grid(s, kSimtRows, s.h), kSimtThreads, smem_q, stream>>>(
         qkv.as<float>(), dout.as<float>(), lse.as<float>(), delta.as<float>(), dqkv.as<float>(),
-        s.t, s.h, scale, scale_log2, positions);
+        s.t, s.h, s.r, scale, scale_log2, positions);
     check_launch("flash_bwd_dq_f32", D);
   }
 }
@@ -333,12 +351,12 @@ bool flash_attention_supports(int64_t head_dim) {
 }
 
 void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv,
-                         Tensor positions) {
+                         int64_t kv_heads, Tensor positions) {
   const char* op = "flash_attention_fwd";
   require_cuda(op, "qkv", qkv);
   require_cuda(op, "out", out);
   require_cuda(op, "lse", lse);
-  const Dims s = attention_dims(op, qkv, lse, "lse");
+  const Dims s = attention_dims(op, qkv, lse, "lse", kv_heads);
   require_dtype(op, "out", out, qkv.dtype);
   if (out.numel() != static_cast<int64_t>(s.b) * s.t * s.h * s.d) {
     throw std::invalid_argument(op_prefix(op) + "out must hold B*T*H*D elements for qkv " +
@@ -365,7 +383,7 @@ void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv
 }
 
 void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv,
-                         Tensor out, Tensor lse, Tensor positions) {
+                         Tensor out, Tensor lse, int64_t kv_heads, Tensor positions) {
   const char* op = "flash_attention_bwd";
   require_cuda(op, "dqkv", dqkv);
   require_cuda(op, "delta", delta);
@@ -373,7 +391,7 @@ void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor 
   require_cuda(op, "qkv", qkv);
   require_cuda(op, "out", out);
   require_cuda(op, "lse", lse);
-  const Dims s = attention_dims(op, qkv, lse, "lse");
+  const Dims s = attention_dims(op, qkv, lse, "lse", kv_heads);
   require_dtype(op, "delta", delta, DType::f32);
   if (delta.ndim != 4 || delta.shape != lse.shape) {
     throw std::invalid_argument(op_prefix(op) + "delta must have lse's shape " + lse.describe() +

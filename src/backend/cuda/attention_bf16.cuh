@@ -31,15 +31,16 @@ __device__ __forceinline__ PackedRows packed_rows(const int32_t* __restrict__ po
 }
 
 // ---------------------------------------------------------------------------------------------
-// bf16 forward: block = (64 queries, head, batch); key tiles of BC from 0 to the diagonal.
+// bf16 forward: block = (64 queries, query head, batch); key tiles of BC from 0 to the diagonal,
+// from the query head's group's key and value heads.
 // PACKED: positions (i32 [B*T]) mask each query to its own sequence (keys lo(t) .. t) and the
 // block starts at the key tile of its smallest lo; otherwise positions is unused (nullptr).
 // ---------------------------------------------------------------------------------------------
 
 template <int D, int BC, bool PACKED>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, fwd_min_blocks<D, PACKED>())
     flash_fwd_bf16(const hbf16* __restrict__ qkv, hbf16* __restrict__ out, float* __restrict__ lse,
-                   int T, int H, float scale_log2, const int32_t* __restrict__ positions) {
+                   int T, int H, int R, float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTC = BC / 8, KSC = BC / 16;
   static_assert(D % 16 == 0 && BC % 16 == 0, "tiles are whole mma steps");
@@ -49,12 +50,16 @@ __global__ void __launch_bounds__(kMmaThreads)
   hbf16* sV = sK + 2 * BC * LD;                          // [2][BC][LD]
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest rows first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / R;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
-  const hbf16* q_src = qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
-  const hbf16* k_src = q_src + D;
-  const hbf16* v_src = q_src + 2 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
+  // Query head h = kvh*R + r sits at column (kvh*(R+2) + r)*D = (h + 2*kvh)*D; its group's key
+  // head (R - r)*D further (this form, an int offset from q_src, costs ptxas the fewest
+  // registers of those tried).
+  const hbf16* q_src =
+      qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h + 2 * kvh) * D;
+  const hbf16* k_src = q_src + D * (R - (h - kvh * R));
+  const hbf16* v_src = k_src + D;
 
   const int n_tiles = (min(T, q0 + BR) + BC - 1) / BC;
   load_rows_async<BR, D, LD, kMmaThreads>(sQ, q_src, ld, q0, T);
@@ -199,8 +204,9 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// bf16 backward, dK and dV: block = (64 keys, head, batch); query tiles of BR from the diagonal
-// to T. Each warp owns 16 keys and works on transposed scores S^T = K Q^T.
+// bf16 backward, dK and dV: block = (64 keys, kv head, batch); for each of the group's query
+// heads, query tiles of BR from the diagonal to T. Each warp owns 16 keys and works on
+// transposed scores S^T = K Q^T.
 // PACKED: the query tiles' positions stream in with their lse and delta; the block stops at the
 // first query tile whose sequences all start past its last key (lo is non-decreasing along a
 // row: positions count up from 0 in each sequence, the sequences one after another).
@@ -210,8 +216,8 @@ template <int D, int BR, bool PACKED>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_bwd_dkdv_bf16(const hbf16* __restrict__ qkv, const hbf16* __restrict__ dout,
                         const float* __restrict__ lse, const float* __restrict__ delta,
-                        hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
-                        const int32_t* __restrict__ positions) {
+                        hbf16* __restrict__ dqkv, int T, int H, int R, float scale,
+                        float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BC = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTR = BR / 8, KSR = BR / 16;
   static_assert(D % 16 == 0 && BR % 16 == 0 && BC % BR == 0, "tiles are whole mma steps");
@@ -225,22 +231,25 @@ __global__ void __launch_bounds__(kMmaThreads)
   int32_t* sPos = reinterpret_cast<int32_t*>(sDl + 2 * BR); // [2][BR] positions (packed only)
 
   const int k0 = blockIdx.x * BC;  // key tile 0 sees every query: the longest first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
   const int64_t ldo = static_cast<int64_t>(H) * D;
-  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
-  const hbf16* q_src = qkv + head;
-  const hbf16* do_src = dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D;
-  const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
-  const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
+  const int64_t grp = static_cast<int64_t>(b) * T * ld + gqa_group_col(kvh, R, D);
+  const int64_t k_col = static_cast<int64_t>(R) * D;  // the key head; the value head follows
   const int32_t* pos_b = nullptr;
   if constexpr (PACKED) pos_b = positions + static_cast<int64_t>(b) * T;
 
-  load_rows_async<BC, D, LD, kMmaThreads>(sK, q_src + D, ld, k0, T);
-  load_rows_async<BC, D, LD, kMmaThreads>(sV, q_src + 2 * D, ld, k0, T);
+  load_rows_async<BC, D, LD, kMmaThreads>(sK, qkv + grp + k_col, ld, k0, T);
+  load_rows_async<BC, D, LD, kMmaThreads>(sV, qkv + grp + k_col + D, ld, k0, T);
 
-  auto load_query_tile = [&](int i, int buf) {
+  // Query tile i of the group's query head qh (h = kvh * R + qh) into buffer buf.
+  auto load_query_tile = [&](int qh, int i, int buf) {
+    const int h = kvh * R + qh;
+    const hbf16* q_src = qkv + grp + static_cast<int64_t>(qh) * D;
+    const hbf16* do_src = dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D;
+    const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
+    const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
     const int q0 = i * BR;
     load_rows_async<BR, D, LD, kMmaThreads>(sQ + buf * BR * LD, q_src, ld, q0, T);
     load_rows_async<BR, D, LD, kMmaThreads>(sdO + buf * BR * LD, do_src, ldo, q0, T);
@@ -259,7 +268,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 
   const int i_first = k0 / BR;  // the first query tile that sees key k0
   const int n_qt = (T + BR - 1) / BR;
-  load_query_tile(i_first, 0);
+  load_query_tile(0, i_first, 0);
   cp_async_commit();
 
   const int warp_first = k0 + warp * 16;  // this warp's keys: warp_first .. warp_first + 15
@@ -276,24 +285,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     dv[nd][0] = dv[nd][1] = dv[nd][2] = dv[nd][3] = 0.f;
   }
 
-  // Packed: the loop ends before the first query tile (past i_first, which holds query k0)
-  // whose first query starts its sequence past the block's last key; next_live says whether
-  // tile i + 1 is before that end, read one tile ahead so its latency hides behind a tile.
+  // Steps (qh, i): the group's query heads qh = 0 .. R-1 one after another (dK and dV sum over
+  // them in that fixed order: FlashAttention-2's MQA/GQA scheme, no atomics), each over its
+  // query tiles from i_first on; one double-buffered pipeline across all, so the next head's
+  // first tile loads while this head's last computes. Packed: a head's tiles end before the
+  // first tile (past i_first, which holds query k0) whose first query starts its sequence past
+  // the block's last key; next_live says whether tile i + 1 is before that end, read one step
+  // ahead so its latency hides behind a tile. The positions are the same for every head.
   const int k_last = k0 + BC - 1;
-  int i_end = n_qt;
   bool next_live = true;
   if constexpr (PACKED) next_live = first_visible_key(pos_b, (i_first + 1) * BR, T) <= k_last;
 
-  for (int i = i_first; i < i_end; ++i) {
-    const int buf = (i - i_first) & 1;
+  int qh_next = 0, i_next = i_first;
+  for (int qh = 0, i = i_first, buf = 0; qh < R; qh = qh_next, i = i_next, buf ^= 1) {
     cp_async_wait_all();
-    __syncthreads();  // tile i is in; every warp is done with tile i-1's buffer
-    if constexpr (PACKED) {
-      if (!next_live) i_end = i + 1;  // block-uniform
-      next_live = first_visible_key(pos_b, (i + 2) * BR, T) <= k_last;
+    __syncthreads();  // step (qh, i) is in; every warp is done with the previous step's buffer
+    if (i + 1 < n_qt && next_live) {  // block-uniform
+      qh_next = qh;
+      i_next = i + 1;
+    } else {
+      qh_next = qh + 1;
+      i_next = i_first;
     }
-    if (i + 1 < i_end) {
-      load_query_tile(i + 1, buf ^ 1);
+    if constexpr (PACKED) next_live = first_visible_key(pos_b, (i_next + 1) * BR, T) <= k_last;
+    if (qh_next < R) {
+      load_query_tile(qh_next, i_next, buf ^ 1);
       cp_async_commit();
     }
     const int q0 = i * BR;
@@ -415,21 +431,21 @@ __global__ void __launch_bounds__(kMmaThreads)
   stage_acc<D, LD>(staged_k, dk, scale, scale, g, tq);
   stage_acc<D, LD>(staged_v, dv, 1.f, 1.f, g, tq);
   __syncwarp();
-  store_warp_rows<D, LD>(dqkv + head + D, ld, staged_k, warp_first, T, lane);
-  store_warp_rows<D, LD>(dqkv + head + 2 * D, ld, staged_v, warp_first, T, lane);
+  store_warp_rows<D, LD>(dqkv + grp + k_col, ld, staged_k, warp_first, T, lane);
+  store_warp_rows<D, LD>(dqkv + grp + k_col + D, ld, staged_v, warp_first, T, lane);
 }
 
 // ---------------------------------------------------------------------------------------------
-// bf16 backward, dQ: block = (64 queries, head, batch); key tiles of BC up to the diagonal.
+// bf16 backward, dQ: block = (64 queries, query head, batch); key tiles of BC up to the diagonal.
 // PACKED: masked as the forward, from the key tile of the block's smallest lo.
 // ---------------------------------------------------------------------------------------------
 
 template <int D, int BC, bool PACKED>
-__global__ void __launch_bounds__(kMmaThreads)
+__global__ void __launch_bounds__(kMmaThreads, dq_min_blocks<D>())
     flash_bwd_dq_bf16(const hbf16* __restrict__ qkv, const hbf16* __restrict__ dout,
                       const float* __restrict__ lse, const float* __restrict__ delta,
-                      hbf16* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
-                      const int32_t* __restrict__ positions) {
+                      hbf16* __restrict__ dqkv, int T, int H, int R, float scale,
+                      float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kRowsPerBlock, LD = D + 8;
   constexpr int NTD = D / 8, KSD = D / 16, NTC = BC / 8, KSC = BC / 16;
   static_assert(D % 16 == 0 && BC % 16 == 0, "tiles are whole mma steps");
@@ -440,14 +456,16 @@ __global__ void __launch_bounds__(kMmaThreads)
   hbf16* sV = sK + 2 * BC * LD;                          // [2][BC][LD]
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / R;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
   const int64_t ldo = static_cast<int64_t>(H) * D;
-  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
+  // Query head h = kvh*R + r sits at column (kvh*(R+2) + r)*D = (h + 2*kvh)*D; its group's key
+  // head (R - r)*D further (as in the forward).
+  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h + 2 * kvh) * D;
   const hbf16* q_src = qkv + head;
-  const hbf16* k_src = q_src + D;
-  const hbf16* v_src = q_src + 2 * D;
+  const hbf16* k_src = q_src + D * (R - (h - kvh * R));
+  const hbf16* v_src = k_src + D;
   const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
   const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
 

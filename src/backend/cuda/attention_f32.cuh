@@ -79,7 +79,7 @@ __device__ __forceinline__ int packed_rows_first_tile(const int32_t* __restrict_
 template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_fwd_f32(const float* __restrict__ qkv, float* __restrict__ out, float* __restrict__ lse,
-                  int T, int H, float scale_log2, const int32_t* __restrict__ positions) {
+                  int T, int H, int R, float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kSimtRows, BC = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BR / 16, NJ = BC / 16, ND = D / 16;
   float* sQ = reinterpret_cast<float*>(dynamic_smem());  // [BR][LDA]
@@ -88,10 +88,14 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* sP = sV + BC * D;                               // [BR][LDP]
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / R;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
-  const float* q_src = qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
+  // Query head h = kvh*R + r at column (h + 2*kvh)*D; its group's key head (R - r)*D further.
+  const float* q_src =
+      qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h + 2 * kvh) * D;
+  const float* k_src = q_src + D * (R - (h - kvh * R));
+  const float* v_src = k_src + D;
   load_rows_f32<BR, D, LDA>(sQ, q_src, ld, q0, T);
 
   // Packed: row ty + 16*i sees keys lo[i] .. row; the block starts at the key tile holding the
@@ -113,8 +117,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   for (int j = j_first; j < n_tiles; ++j) {
     const int k0 = j * BC;
     __syncthreads();  // the previous tile's K, V and P are no longer read
-    load_rows_f32<BC, D, LDA>(sK, q_src + D, ld, k0, T);
-    load_rows_f32<BC, D, D>(sV, q_src + 2 * D, ld, k0, T);
+    load_rows_f32<BC, D, LDA>(sK, k_src, ld, k0, T);
+    load_rows_f32<BC, D, D>(sV, v_src, ld, k0, T);
     __syncthreads();
 
     float s[NI][NJ];
@@ -209,8 +213,8 @@ template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dkdv_f32(const float* __restrict__ qkv, const float* __restrict__ dout,
                        const float* __restrict__ lse, const float* __restrict__ delta,
-                       float* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
-                       const int32_t* __restrict__ positions) {
+                       float* __restrict__ dqkv, int T, int H, int R, float scale,
+                       float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BC = kSimtRows, BR = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BC / 16, NJ = BR / 16, ND = D / 16;
   static_assert(BC % BR == 0, "query tiles start on key-tile boundaries");
@@ -224,19 +228,18 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* sDl = sL + BR;                                  // [BR] delta
   int* sLo = reinterpret_cast<int*>(sDl + BR);           // [BR] lo (packed only)
 
+  // Block = (key tile, kv head kvh, batch row): dK and dV sum over the group's R query heads,
+  // one after another (FlashAttention-2's MQA/GQA scheme: no atomics, a fixed order).
   const int k0 = blockIdx.x * BC;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
   const int64_t ldo = static_cast<int64_t>(H) * D;
-  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
-  const float* q_src = qkv + head;
-  const float* do_src = dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D;
-  const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
-  const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
+  const int64_t grp = static_cast<int64_t>(b) * T * ld + gqa_group_col(kvh, R, D);
+  const int64_t k_col = static_cast<int64_t>(R) * D;  // the key head; the value head follows
 
-  load_rows_f32<BC, D, LDA>(sK, q_src + D, ld, k0, T);
-  load_rows_f32<BC, D, LDA>(sV, q_src + 2 * D, ld, k0, T);
+  load_rows_f32<BC, D, LDA>(sK, qkv + grp + k_col, ld, k0, T);
+  load_rows_f32<BC, D, LDA>(sV, qkv + grp + k_col + D, ld, k0, T);
 
   float dk[NI][ND], dv[NI][ND];
 #pragma unroll
@@ -248,87 +251,94 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int32_t* pos_b = nullptr;
   if constexpr (PACKED) pos_b = positions + static_cast<int64_t>(b) * T;
   const int n_qt = (T + BR - 1) / BR;
-  for (int it = k0 / BR; it < n_qt; ++it) {
-    const int q0 = it * BR;
-    if constexpr (PACKED) {
-      // lo is non-decreasing along a row (positions count up from 0 in each sequence, the
-      // sequences one after another): once a query tile's first query starts its sequence past
-      // the block's last key, no query from there on sees any of its keys. Block-uniform.
-      if (first_visible_key(pos_b, q0, T) > k0 + BC - 1) break;
-    }
-    __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
-    load_rows_f32<BR, D, LDA>(sQ, q_src, ld, q0, T);
-    load_rows_f32<BR, D, LDA>(sdO, do_src, ldo, q0, T);
-    if (threadIdx.x < BR) {
-      const int t = q0 + threadIdx.x;
-      sL[threadIdx.x] = t < T ? lse_bh[t] * kLog2e : 0.f;
-      sDl[threadIdx.x] = t < T ? delta_bh[t] : 0.f;
-      if constexpr (PACKED) sLo[threadIdx.x] = first_visible_key(pos_b, t, T);
-    }
-    __syncthreads();
+  for (int r = 0; r < R; ++r) {
+    const int h = kvh * R + r;
+    const float* q_src = qkv + grp + static_cast<int64_t>(r) * D;
+    const float* do_src = dout + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * D;
+    const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
+    const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
+    for (int it = k0 / BR; it < n_qt; ++it) {
+      const int q0 = it * BR;
+      if constexpr (PACKED) {
+        // lo is non-decreasing along a row (positions count up from 0 in each sequence, the
+        // sequences one after another): once a query tile's first query starts its sequence past
+        // the block's last key, no query from there on sees any of its keys. Block-uniform.
+        if (first_visible_key(pos_b, q0, T) > k0 + BC - 1) break;
+      }
+      __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
+      load_rows_f32<BR, D, LDA>(sQ, q_src, ld, q0, T);
+      load_rows_f32<BR, D, LDA>(sdO, do_src, ldo, q0, T);
+      if (threadIdx.x < BR) {
+        const int t = q0 + threadIdx.x;
+        sL[threadIdx.x] = t < T ? lse_bh[t] * kLog2e : 0.f;
+        sDl[threadIdx.x] = t < T ? delta_bh[t] : 0.f;
+        if constexpr (PACKED) sLo[threadIdx.x] = first_visible_key(pos_b, t, T);
+      }
+      __syncthreads();
 
-    float s[NI][NJ], dp[NI][NJ];
+      float s[NI][NJ], dp[NI][NJ];
 #pragma unroll
-    for (int i = 0; i < NI; ++i) {
+      for (int i = 0; i < NI; ++i) {
 #pragma unroll
-      for (int jj = 0; jj < NJ; ++jj) s[i][jj] = dp[i][jj] = 0.f;
-    }
+        for (int jj = 0; jj < NJ; ++jj) s[i][jj] = dp[i][jj] = 0.f;
+      }
 #pragma unroll 4
-    for (int d = 0; d < D; ++d) {
-      float kv[NI], vv[NI], qv[NJ], ov[NJ];
-#pragma unroll
-      for (int i = 0; i < NI; ++i) {
-        kv[i] = sK[(ty + 16 * i) * LDA + d];
-        vv[i] = sV[(ty + 16 * i) * LDA + d];
-      }
-#pragma unroll
-      for (int jj = 0; jj < NJ; ++jj) {
-        qv[jj] = sQ[(tx + 16 * jj) * LDA + d];
-        ov[jj] = sdO[(tx + 16 * jj) * LDA + d];
-      }
-#pragma unroll
-      for (int i = 0; i < NI; ++i) {
-#pragma unroll
-        for (int jj = 0; jj < NJ; ++jj) {
-          s[i][jj] = fmaf(kv[i], qv[jj], s[i][jj]);
-          dp[i][jj] = fmaf(vv[i], ov[jj], dp[i][jj]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const int key = k0 + ty + 16 * i;
-#pragma unroll
-      for (int jj = 0; jj < NJ; ++jj) {
-        const int qc = tx + 16 * jj;
-        const int query = q0 + qc;
-        float p = exp2f(fmaf(s[i][jj], scale_log2, -sL[qc]));
-        if (query < key || query >= T) p = 0.f;
-        if constexpr (PACKED) {
-          if (key < sLo[qc]) p = 0.f;  // the key precedes the query's sequence
-        }
-        sP[(ty + 16 * i) * LDP + qc] = p;
-        sS[(ty + 16 * i) * LDP + qc] = p * (dp[i][jj] - sDl[qc]);
-      }
-    }
-    __syncthreads();
-
-#pragma unroll 4
-    for (int q = 0; q < BR; ++q) {
-      float pv[NI], sv[NI];
-#pragma unroll
-      for (int i = 0; i < NI; ++i) {
-        pv[i] = sP[(ty + 16 * i) * LDP + q];
-        sv[i] = sS[(ty + 16 * i) * LDP + q];
-      }
-#pragma unroll
-      for (int c = 0; c < ND; ++c) {
-        const float ov = sdO[q * LDA + tx + 16 * c];
-        const float qv = sQ[q * LDA + tx + 16 * c];
+      for (int d = 0; d < D; ++d) {
+        float kv[NI], vv[NI], qv[NJ], ov[NJ];
 #pragma unroll
         for (int i = 0; i < NI; ++i) {
-          dv[i][c] = fmaf(pv[i], ov, dv[i][c]);
-          dk[i][c] = fmaf(sv[i], qv, dk[i][c]);
+          kv[i] = sK[(ty + 16 * i) * LDA + d];
+          vv[i] = sV[(ty + 16 * i) * LDA + d];
+        }
+#pragma unroll
+        for (int jj = 0; jj < NJ; ++jj) {
+          qv[jj] = sQ[(tx + 16 * jj) * LDA + d];
+          ov[jj] = sdO[(tx + 16 * jj) * LDA + d];
+        }
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+#pragma unroll
+          for (int jj = 0; jj < NJ; ++jj) {
+            s[i][jj] = fmaf(kv[i], qv[jj], s[i][jj]);
+            dp[i][jj] = fmaf(vv[i], ov[jj], dp[i][jj]);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        const int key = k0 + ty + 16 * i;
+#pragma unroll
+        for (int jj = 0; jj < NJ; ++jj) {
+          const int qc = tx + 16 * jj;
+          const int query = q0 + qc;
+          float p = exp2f(fmaf(s[i][jj], scale_log2, -sL[qc]));
+          if (query < key || query >= T) p = 0.f;
+          if constexpr (PACKED) {
+            if (key < sLo[qc]) p = 0.f;  // the key precedes the query's sequence
+          }
+          sP[(ty + 16 * i) * LDP + qc] = p;
+          sS[(ty + 16 * i) * LDP + qc] = p * (dp[i][jj] - sDl[qc]);
+        }
+      }
+      __syncthreads();
+
+#pragma unroll 4
+      for (int q = 0; q < BR; ++q) {
+        float pv[NI], sv[NI];
+#pragma unroll
+        for (int i = 0; i < NI; ++i) {
+          pv[i] = sP[(ty + 16 * i) * LDP + q];
+          sv[i] = sS[(ty + 16 * i) * LDP + q];
+        }
+#pragma unroll
+        for (int c = 0; c < ND; ++c) {
+          const float ov = sdO[q * LDA + tx + 16 * c];
+          const float qv = sQ[q * LDA + tx + 16 * c];
+#pragma unroll
+          for (int i = 0; i < NI; ++i) {
+            dv[i][c] = fmaf(pv[i], ov, dv[i][c]);
+            dk[i][c] = fmaf(sv[i], qv, dk[i][c]);
+          }
         }
       }
     }
@@ -338,11 +348,11 @@ __global__ void __launch_bounds__(kSimtThreads)
   for (int i = 0; i < NI; ++i) {
     const int key = k0 + ty + 16 * i;
     if (key < T) {
-      float* dst = dqkv + head + static_cast<int64_t>(key) * ld;
+      float* dst = dqkv + grp + k_col + static_cast<int64_t>(key) * ld;
 #pragma unroll
       for (int c = 0; c < ND; ++c) {
-        dst[D + tx + 16 * c] = dk[i][c] * scale;
-        dst[2 * D + tx + 16 * c] = dv[i][c];
+        dst[tx + 16 * c] = dk[i][c] * scale;
+        dst[D + tx + 16 * c] = dv[i][c];
       }
     }
   }
@@ -352,8 +362,8 @@ template <int D, bool PACKED>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dq_f32(const float* __restrict__ qkv, const float* __restrict__ dout,
                      const float* __restrict__ lse, const float* __restrict__ delta,
-                     float* __restrict__ dqkv, int T, int H, float scale, float scale_log2,
-                     const int32_t* __restrict__ positions) {
+                     float* __restrict__ dqkv, int T, int H, int R, float scale,
+                     float scale_log2, const int32_t* __restrict__ positions) {
   constexpr int BR = kSimtRows, BC = kSimtStream, LDA = D + 1, LDP = kSimtLdp;
   constexpr int NI = BR / 16, NJ = BC / 16, ND = D / 16;
   float* sQ = reinterpret_cast<float*>(dynamic_smem());  // [BR][LDA]
@@ -363,12 +373,15 @@ __global__ void __launch_bounds__(kSimtThreads)
   float* sS = sV + BC * LDA;                             // [BR][LDP]  dS
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / R;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const int64_t ld = static_cast<int64_t>(H) * 3 * D;
+  const int64_t ld = gqa_row_width(H, R, D);
   const int64_t ldo = static_cast<int64_t>(H) * D;
-  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * 3 * D;
+  // Query head h = kvh*R + r at column (h + 2*kvh)*D; its group's key head (R - r)*D further.
+  const int64_t head = static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h + 2 * kvh) * D;
   const float* q_src = qkv + head;
+  const float* k_src = q_src + D * (R - (h - kvh * R));
+  const float* v_src = k_src + D;
   const float* lse_bh = lse + (static_cast<int64_t>(b) * H + h) * T;
   const float* delta_bh = delta + (static_cast<int64_t>(b) * H + h) * T;
 
@@ -395,8 +408,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   for (int j = j_first; j < n_tiles; ++j) {
     const int k0 = j * BC;
     __syncthreads();  // the previous tile's K, V, dS are no longer read
-    load_rows_f32<BC, D, LDA>(sK, q_src + D, ld, k0, T);
-    load_rows_f32<BC, D, LDA>(sV, q_src + 2 * D, ld, k0, T);
+    load_rows_f32<BC, D, LDA>(sK, k_src, ld, k0, T);
+    load_rows_f32<BC, D, LDA>(sV, v_src, ld, k0, T);
     __syncthreads();
 
     float s[NI][NJ], dp[NI][NJ];

@@ -192,6 +192,21 @@ __device__ __forceinline__ int block_min_of_warps(int v, int* slots) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Grouped-query layout (backend.h): a qkv row holds G = H / R groups, each R query heads, then
+// one key head, then one value head, D wide each. Query head h = kvh * R + r of group kvh.
+// ---------------------------------------------------------------------------------------------
+
+// Elements in one token's row of qkv.
+__device__ __forceinline__ int64_t gqa_row_width(int H, int R, int D) {
+  return static_cast<int64_t>(H / R) * (R + 2) * D;
+}
+// The column where group kvh starts; its query head r is at + r * D, the key head at + R * D,
+// the value head at + (R + 1) * D.
+__device__ __forceinline__ int64_t gqa_group_col(int kvh, int R, int D) {
+  return static_cast<int64_t>(kvh) * (R + 2) * D;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Packed sequences (positions, backend.h): query t sees keys lo(t) .. t, lo(t) = t - position[t].
 // lo is clamped to [0, t], so every query keeps at least its own key whatever the positions.
 // Tile padding (rows at or past T) gets lo = T - 1: such a row then sees key T - 1 (a real,
@@ -229,6 +244,20 @@ constexpr int streamed_rows() {
 template <int D>
 constexpr int dkdv_query_rows() {
   return D <= 64 ? 64 : 32;
+}
+
+// Minimum blocks per SM for __launch_bounds__ (0: none, ptxas's own choice). Unbounded, the
+// register counts swung with small changes of the address arithmetic (dQ at D = 128 between
+// 128 and 186, a block per SM fewer than shared memory allows); these bounds hold each kernel
+// to the occupancy its shared memory allows on A100 and H100, without spills (ptxas -v,
+// sm_80 and sm_90; a bound of 4 on the packed D = 64 forward, or of 3 at D = 144, spilled).
+template <int D, bool PACKED>
+constexpr int fwd_min_blocks() {
+  return D == 128 ? 3 : (D == 64 && !PACKED) ? 4 : 0;
+}
+template <int D>
+constexpr int dq_min_blocks() {
+  return D == 128 ? 4 : 0;
 }
 
 template <int D>

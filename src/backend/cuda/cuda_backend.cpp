@@ -184,6 +184,37 @@ class CudaBackend final : public Backend {
         ln_scratch_.get(cuda::layernorm_bwd_scratch_floats(rows, cols) * sizeof(float), s()));
     cuda::layernorm_bwd(s(), dx, dw, db, dout, x, w, mean, rstd, scratch);
   }
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    cuda::rmsnorm_fwd(s(), out, rstd, x, w, eps);
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    float* scratch = nullptr;
+    if (!dw.empty()) {
+      const int64_t cols = x.ndim > 0 ? x.dim(-1) : 0, rows = cols > 0 ? x.numel() / cols : 0;
+      scratch = static_cast<float*>(
+          ln_scratch_.get(cuda::rmsnorm_bwd_scratch_floats(rows, cols) * sizeof(float), s()));
+    }
+    cuda::rmsnorm_bwd(s(), dx, dw, dout, x, w, rstd, scratch);
+  }
+  void qk_norm_fwd(Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight, Tensor k_weight,
+                   int64_t kv_heads, float eps) override {
+    cuda::qk_norm_fwd(s(), out, rstd, qkv, q_weight, k_weight, kv_heads, eps);
+  }
+  void qk_norm_bwd(Tensor dqkv, Tensor dq_weight, Tensor dk_weight, Tensor dout, Tensor qkv,
+                   Tensor q_weight, Tensor k_weight, Tensor rstd, int64_t kv_heads) override {
+    float* scratch = nullptr;
+    if (!dq_weight.empty() || !dk_weight.empty()) {
+      // H and G from qkv's width and D (the launcher checks the shapes): the scratch size.
+      const int64_t d = q_weight.numel(), width = qkv.ndim > 0 ? qkv.dim(-1) : 0;
+      const int64_t rows = width > 0 ? qkv.numel() / width : 0;
+      const int64_t kv = kv_heads > 0 ? kv_heads : 1;
+      const int64_t heads = d > 0 ? width / d - 2 * kv : 0;
+      scratch = static_cast<float*>(ln_scratch_.get(
+          cuda::qk_norm_bwd_scratch_floats(rows, heads, kv, d) * sizeof(float), s()));
+    }
+    cuda::qk_norm_bwd(s(), dqkv, dq_weight, dk_weight, dout, qkv, q_weight, k_weight, rstd,
+                      kv_heads, scratch);
+  }
   void linear_fwd(Tensor out, Tensor in, Tensor w, Tensor bias) override {
     gemm_->linear_fwd(s(), out, in, w, bias);
   }
@@ -195,16 +226,25 @@ class CudaBackend final : public Backend {
   }
   // Flash attention keeps one log-sum-exp per row, not the T x T probabilities.
   int64_t attention_stats_cols(int64_t) const override { return 1; }
-  void attention_fwd(Tensor out, Tensor lse, Tensor qkv, Tensor positions = {}) override {
-    cuda::flash_attention_fwd(s(), out, lse, qkv, positions);
+  void attention_fwd(Tensor out, Tensor lse, Tensor qkv, int64_t kv_heads,
+                     Tensor positions = {}) override {
+    cuda::flash_attention_fwd(s(), out, lse, qkv, kv_heads, positions);
   }
   void attention_bwd(Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv, Tensor out,
-                     Tensor lse, Tensor positions = {}) override {
-    cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse, positions);
+                     Tensor lse, int64_t kv_heads, Tensor positions = {}) override {
+    cuda::flash_attention_bwd(s(), dqkv, delta, dout, qkv, out, lse, kv_heads, positions);
   }
   void attention_kv_cache(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache,
                           Tensor rows) override {
     cuda::attention_kv_cache(s(), out, qkv, k_cache, v_cache, rows);
+  }
+  void rope(Tensor qkv, Tensor table, Tensor positions, int64_t kv_heads,
+            RopeDirection direction) override {
+    cuda::rope(s(), qkv, table, positions, kv_heads, direction);
+  }
+  void swiglu_fwd(Tensor out, Tensor gate_up) override { cuda::swiglu_fwd(s(), out, gate_up); }
+  void swiglu_bwd(Tensor dgate_up, Tensor dout, Tensor gate_up) override {
+    cuda::swiglu_bwd(s(), dgate_up, dout, gate_up);
   }
   void gelu_fwd(Tensor out, Tensor in) override { cuda::gelu_fwd(s(), out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }

@@ -2,12 +2,14 @@
 // 8 x bf16; 4 elements when f32 and bf16 mix) where every pointer is aligned for them, one
 // element at a time otherwise. Values are loaded to fp32, computed there and stored with
 // round-to-nearest-even (__float2bfloat16_rn), as jumbo/backend/bf16.h rounds on the CPU.
-// Also the column sums behind the linear layers' bias gradient (reduce.h).
+// Also SwiGLU (gate and up halves of one row) and the column sums behind the linear layers'
+// bias gradient (reduce.h).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -110,6 +112,56 @@ __global__ void map2_kernel(TO* out, const TA* a, const TB* b, int64_t n, Op op)
   }
   for (int64_t i = packs * N + tid; i < n; i += stride) {
     out[i] = from_f32<TO>(op(to_f32(a[i]), to_f32(b[i])));
+  }
+}
+
+// SwiGLU over rows of gate_up [rows, 2F] = (gate, up) side by side, N elements per pack (N
+// divides F; N = 1: scalar). silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), the CPU's forms.
+__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+template <int N, class T>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate_up, int64_t rows, int64_t f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t row_packs = f / N, packs = rows * row_packs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
+       i += stride) {
+    const int64_t r = i / row_packs, k = i - r * row_packs;
+    const T* gate = gate_up + r * 2 * f;
+    const Pack<T, N> pg = load_pack<T, N>(gate, k), pu = load_pack<T, N>(gate + f, k);
+    Pack<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float g = to_f32(pg.v[j]);
+      o.v[j] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(pu.v[j]));
+    }
+    store_pack<T, N>(out + r * f, k, o);
+  }
+}
+
+// dgate = dout * up * silu'(gate), silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g)));
+// dup = dout * silu(gate).
+template <int N, class T>
+__global__ void swiglu_bwd_kernel(T* dgate_up, const T* dout, const T* gate_up, int64_t rows,
+                                  int64_t f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t row_packs = f / N, packs = rows * row_packs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
+       i += stride) {
+    const int64_t r = i / row_packs, k = i - r * row_packs;
+    const T* gate = gate_up + r * 2 * f;
+    const Pack<T, N> pg = load_pack<T, N>(gate, k), pu = load_pack<T, N>(gate + f, k);
+    const Pack<T, N> pd = load_pack<T, N>(dout + r * f, k);
+    Pack<T, N> dg, du;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float g = to_f32(pg.v[j]), u = to_f32(pu.v[j]), d = to_f32(pd.v[j]);
+      const float sg = sigmoid(g);
+      dg.v[j] = from_f32<T>(d * u * sg * (1.0f + g * (1.0f - sg)));
+      du.v[j] = from_f32<T>(d * g * sg);
+    }
+    T* dgate = dgate_up + r * 2 * f;
+    store_pack<T, N>(dgate, k, dg);
+    store_pack<T, N>(dgate + f, k, du);
   }
 }
 
@@ -258,6 +310,30 @@ void launch_map2(cudaStream_t stream, const char* what, TO* out, const TA* a, co
   check_last(what);
 }
 
+// gate_up [N, 2F] and a second tensor of F columns per row (out or dout): returns F.
+int64_t swiglu_cols(const char* what, Tensor gate_up, Tensor half) {
+  if (gate_up.ndim < 1 || gate_up.dim(-1) % 2 != 0) {
+    bad(std::string(what) + ": gate_up must be [N, 2F], got " + gate_up.describe());
+  }
+  const int64_t f = gate_up.dim(-1) / 2;
+  if (half.numel() * 2 != gate_up.numel() || (half.ndim >= 1 && half.dim(-1) != f)) {
+    bad(std::string(what) + ": " + half.describe() + " must be [N, F] for gate_up " +
+        gate_up.describe());
+  }
+  return f;
+}
+
+// 16-byte packs when F is a multiple of the pack width and every pointer is pack-aligned.
+template <class T>
+bool swiglu_packs_ok(int64_t f, std::initializer_list<const void*> ptrs) {
+  constexpr int N = pack_width<T>();
+  if (f % N != 0) return false;
+  for (const void* p : ptrs) {
+    if (!aligned(p, sizeof(T) * N)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void fill(cudaStream_t stream, Tensor t, float value) {
@@ -364,6 +440,46 @@ void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value)
     fill_columns_kernel<T><<<grid_for(rows * (cols - first_col)), kThreads, 0, stream>>>(
         t.as<T>(), rows, cols, first_col, value);
     check_last("fill_columns");
+  });
+}
+
+void swiglu_fwd(cudaStream_t stream, Tensor out, Tensor gate_up) {
+  const int64_t f = swiglu_cols("swiglu_fwd", gate_up, out);
+  expect_same_dtype("swiglu_fwd", out, gate_up);
+  const int64_t rows = f > 0 ? gate_up.numel() / (2 * f) : 0;
+  if (rows * f == 0) return;
+  dispatch_float("swiglu_fwd", gate_up, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = pack_width<T>();
+    if (swiglu_packs_ok<T>(f, {out.data, gate_up.data})) {
+      swiglu_fwd_kernel<N, T><<<grid_for(rows * f / N), kThreads, 0, stream>>>(
+          out.as<T>(), gate_up.as<T>(), rows, f);
+    } else {
+      swiglu_fwd_kernel<1, T><<<grid_for(rows * f), kThreads, 0, stream>>>(
+          out.as<T>(), gate_up.as<T>(), rows, f);
+    }
+    check_last("swiglu_fwd");
+  });
+}
+
+void swiglu_bwd(cudaStream_t stream, Tensor dgate_up, Tensor dout, Tensor gate_up) {
+  const int64_t f = swiglu_cols("swiglu_bwd", gate_up, dout);
+  expect_same_numel("swiglu_bwd", dgate_up, gate_up);
+  expect_same_dtype("swiglu_bwd", dgate_up, gate_up);
+  expect_same_dtype("swiglu_bwd", dout, gate_up);
+  const int64_t rows = f > 0 ? gate_up.numel() / (2 * f) : 0;
+  if (rows * f == 0) return;
+  dispatch_float("swiglu_bwd", gate_up, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = pack_width<T>();
+    if (swiglu_packs_ok<T>(f, {dgate_up.data, dout.data, gate_up.data})) {
+      swiglu_bwd_kernel<N, T><<<grid_for(rows * f / N), kThreads, 0, stream>>>(
+          dgate_up.as<T>(), dout.as<T>(), gate_up.as<T>(), rows, f);
+    } else {
+      swiglu_bwd_kernel<1, T><<<grid_for(rows * f), kThreads, 0, stream>>>(
+          dgate_up.as<T>(), dout.as<T>(), gate_up.as<T>(), rows, f);
+    }
+    check_last("swiglu_bwd");
   });
 }
 

@@ -26,6 +26,15 @@ void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
 void scale(cudaStream_t stream, Tensor t, float factor);  // in place
 void dropout(cudaStream_t stream, Tensor out, Tensor in, const DropoutMask& mask);
 void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
+// out[N, F] = silu(gate) * up of gate_up [N, 2F] = (gate, up); the backward writes dgate_up.
+void swiglu_fwd(cudaStream_t stream, Tensor out, Tensor gate_up);
+void swiglu_bwd(cudaStream_t stream, Tensor dgate_up, Tensor dout, Tensor gate_up);
+
+// ---- rope.cu: rotary embedding in place on qkv's query and key heads (backend.h's rope) ----
+// positions (i32 [N], or [N, 2] with the position in column 1) is device memory: a position
+// outside the table makes that row's rotated heads NaN.
+void rope(cudaStream_t stream, Tensor qkv, Tensor table, Tensor positions, int64_t kv_heads,
+          RopeDirection direction);
 
 // ---- embedding.cu ----
 void token_embedding_fwd(cudaStream_t stream, Tensor out, Tensor tokens, Tensor wte,
@@ -50,6 +59,25 @@ void layernorm_fwd(cudaStream_t stream, Tensor out, Tensor mean, Tensor rstd, Te
 void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias, Tensor dout,
                    Tensor x, Tensor weight, Tensor mean, Tensor rstd, float* scratch);
 size_t layernorm_bwd_scratch_floats(int64_t rows, int64_t cols);
+// RMSNorm on the same kernels (no mean, no bias): rstd f32 [N]; the backward's dweight (f32,
+// may be empty) += through the same deterministic partials, rmsnorm_bwd_scratch_floats of
+// scratch (unused, may be null, when dweight is empty).
+void rmsnorm_fwd(cudaStream_t stream, Tensor out, Tensor rstd, Tensor x, Tensor weight, float eps);
+void rmsnorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dout, Tensor x,
+                 Tensor weight, Tensor rstd, float* scratch);
+size_t rmsnorm_bwd_scratch_floats(int64_t rows, int64_t cols);
+
+// ---- qk_norm.cu: RMSNorm of each query and key head of grouped qkv rows (backend.h) ----
+// One warp per head; out may be qkv and dqkv may be dout. The weights' gradients (f32, each
+// may be empty) += through per-chunk partials in `scratch` (qk_norm_bwd_scratch_floats for
+// N rows, H query and G kv heads of size D; unused, may be null, when both are empty).
+void qk_norm_fwd(cudaStream_t stream, Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight,
+                 Tensor k_weight, int64_t kv_heads, float eps);
+void qk_norm_bwd(cudaStream_t stream, Tensor dqkv, Tensor dq_weight, Tensor dk_weight,
+                 Tensor dout, Tensor qkv, Tensor q_weight, Tensor k_weight, Tensor rstd,
+                 int64_t kv_heads, float* scratch);
+size_t qk_norm_bwd_scratch_floats(int64_t rows, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim);
 
 // ---- loss.cu: vocab-parallel cross-entropy parts ----
 void ce_local_max(cudaStream_t stream, Tensor max, Tensor logits);
@@ -108,25 +136,29 @@ void sum_squares(cudaStream_t stream, Tensor flat, std::span<const FlatSpan> spa
                  RangeTable& table);
 
 // ---- attention.cu: causal flash attention (Dao et al. 2022, FlashAttention-2 work split) ----
-// qkv [B, T, H*3*D] per head (q, k, v); out [B, T, H*D]; lse f32 [B, H, T, 1]: the row
-// log-sum-exp of the scaled scores. Tiled with online softmax: no T x T matrix in memory.
+// qkv [B, T, G*(R+2)*D] in backend.h's grouped layout (G = kv_heads groups of R query heads,
+// a key head and a value head); out [B, T, H*D]; lse f32 [B, H, T, 1]: the row log-sum-exp of
+// the scaled scores (H = R * G from lse). Tiled with online softmax: no T x T matrix in memory.
 // Head sizes 64, 128 and 144 (J1-Jumbo) are instantiated; others throw std::invalid_argument.
 // positions (packed sequences, backend.h) is empty (plain causal) or i32 [B*T] CUDA memory:
 // query t then sees only keys t - positions[t] .. t, masked elementwise; positions must count
 // 0, 1, ... in each sequence (each 0 or the previous + 1), as the samplers write them, since
 // the dK/dV kernel stops at the first query tile whose sequences start past its keys.
-void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv, Tensor positions);
-// dqkv = gradient of qkv; delta f32 [B, H, T, 1] is scratch for rowsum(dout * out).
+void flash_attention_fwd(cudaStream_t stream, Tensor out, Tensor lse, Tensor qkv, int64_t kv_heads,
+                         Tensor positions);
+// dqkv = gradient of qkv (a kv head's summed over its group's query heads, in order: no
+// atomics); delta f32 [B, H, T, 1] is scratch for rowsum(dout * out).
 void flash_attention_bwd(cudaStream_t stream, Tensor dqkv, Tensor delta, Tensor dout, Tensor qkv,
-                         Tensor out, Tensor lse, Tensor positions);
+                         Tensor out, Tensor lse, int64_t kv_heads, Tensor positions);
 bool flash_attention_supports(int64_t head_dim);
 
 // ---- attention_cache.cu: attention over a KV cache (generation) ----
-// backend.h's attention_kv_cache: k, v of each row stored at (slot, position) of the caches
-// [slots, H, P, D], then out[N, H*D] over positions 0..position of the row's slot; one block
-// per (row, head), online softmax, deterministic. Any head size 1..256. rows (i32 [N, 2]) is
-// device memory, so it is not checked on the host: a row outside the cache stores nothing and
-// gets NaN output.
+// backend.h's attention_kv_cache: k, v heads of each row stored at (slot, position) of the
+// caches [slots, G, P, D], then out[N, H*D] over positions 0..position of the row's slot, each
+// query head over its group's kv head; one block per (row, kv head, up to 4 of the group's
+// query heads, sharing the cache loads), online softmax, deterministic. Any head size 1..256.
+// rows (i32 [N, 2]) is device memory, so it is not checked on the host: a row outside the
+// cache stores nothing and gets NaN output.
 void attention_kv_cache(cudaStream_t stream, Tensor out, Tensor qkv, Tensor k_cache,
                         Tensor v_cache, Tensor rows);
 

@@ -1,4 +1,4 @@
-// Layernorm over the last dimension of x[N, C], forward and backward.
+// Layernorm and RMSNorm over the last dimension of x[N, C], forward and backward.
 //
 // Storage f32 or bf16 (bf16 as raw uint16_t bits, rounded exactly as jumbo::f32_to_bf16),
 // statistics and math fp32, the CPU reference's formulas: mean = sum(x) / C, then
@@ -16,6 +16,11 @@
 // shared memory in thread-row order, written to scratch[chunk][C]; (3) one thread per column
 // adds the chunks' partials in chunk order to dbias and dweight. No atomics anywhere, so the
 // result depends only on (rows, C): bit-identical from run to run.
+//
+// RMSNorm (a template flag RMS on the same kernels): the mean is taken as 0 and there is no bias,
+// so rstd = 1 / sqrt(sum(x^2) / C + eps), out = x * rstd * w, dx += (dnorm - norm *
+// mean(dnorm * norm)) * rstd, dweight += sum of norm * dout; the mean pass, the dbias partials
+// and the mean(dnorm) reduction are compiled out.
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -63,7 +68,8 @@ constexpr int kWarpRowMaxCols = 1024;  // C up to this: one warp per row
 
 // ---- kernels ----
 
-template <class T, int V, int TPR>
+// RMS: mean and b are unused (nullptr).
+template <class T, int V, int TPR, bool RMS>
 __global__ void __launch_bounds__(kRowThreads)
     layernorm_fwd_kernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                          const T* __restrict__ x, const T* __restrict__ w,
@@ -76,14 +82,17 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t nvec = c / V;
   const T* xr = x + row * c;
 
-  float sum = 0.0f;
-  for (int64_t i = t; i < nvec; i += TPR) {
-    float v[V];
-    load_n<V>(xr + i * V, v);
+  float m = 0.0f;
+  if constexpr (!RMS) {
+    float sum = 0.0f;
+    for (int64_t i = t; i < nvec; i += TPR) {
+      float v[V];
+      load_n<V>(xr + i * V, v);
 #pragma unroll
-    for (int k = 0; k < V; ++k) sum += v[k];
+      for (int k = 0; k < V; ++k) sum += v[k];
+    }
+    m = row_sum<TPR>(sum, sh) / static_cast<float>(c);
   }
-  const float m = row_sum<TPR>(sum, sh) / static_cast<float>(c);
 
   float var = 0.0f;
   for (int64_t i = t; i < nvec; i += TPR) {
@@ -99,22 +108,29 @@ __global__ void __launch_bounds__(kRowThreads)
 
   T* orow = out + row * c;
   for (int64_t i = t; i < nvec; i += TPR) {
-    float v[V], wv[V], bv[V], o[V];
+    float v[V], wv[V], o[V];
     load_n<V>(xr + i * V, v);
     load_n<V>(w + i * V, wv);
-    load_n<V>(b + i * V, bv);
+    if constexpr (RMS) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) o[k] = (v[k] - m) * s * wv[k] + bv[k];
+      for (int k = 0; k < V; ++k) o[k] = v[k] * s * wv[k];
+    } else {
+      float bv[V];
+      load_n<V>(b + i * V, bv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) o[k] = (v[k] - m) * s * wv[k] + bv[k];
+    }
     store_n<V>(orow + i * V, o);
   }
   if (t == 0) {
-    mean[row] = m;
+    if constexpr (!RMS) mean[row] = m;
     rstd[row] = s;
   }
 }
 
 // dx[r] += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = w * dout.
-template <class T, int V, int TPR>
+// RMS: mean(dnorm) drops out (the mean is not subtracted) and `mean` is unused (nullptr).
+template <class T, int V, int TPR, bool RMS>
 __global__ void __launch_bounds__(kRowThreads)
     layernorm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dout,
                             const T* __restrict__ x, const T* __restrict__ w,
@@ -128,7 +144,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t nvec = c / V;
   const T* xr = x + row * c;
   const T* gr = dout + row * c;
-  const float m = mean[row], s = rstd[row];
+  const float m = RMS ? 0.0f : mean[row], s = rstd[row];
 
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
   for (int64_t i = t; i < nvec; i += TPR) {
@@ -144,7 +160,7 @@ __global__ void __launch_bounds__(kRowThreads)
       dnorm_norm_sum += dnorm * norm;
     }
   }
-  const float dnorm_mean = row_sum<TPR>(dnorm_sum, sh) / static_cast<float>(c);
+  const float dnorm_mean = RMS ? 0.0f : row_sum<TPR>(dnorm_sum, sh) / static_cast<float>(c);
   const float dnorm_norm_mean = row_sum<TPR>(dnorm_norm_sum, sh) / static_cast<float>(c);
 
   T* dxr = dx + row * c;
@@ -180,8 +196,9 @@ int64_t chunk_count(int64_t rows) {
 }
 
 // part[chunk][col] = sum over the chunk's rows of dout (dbias part), and
-// part[chunks + chunk][col] = sum of norm * dout (dweight part).
-template <class T, int V>
+// part[chunks + chunk][col] = sum of norm * dout (dweight part). RMS: only the dweight part, at
+// part[chunk][col]; `mean` is unused (nullptr).
+template <class T, int V, bool RMS>
 __global__ void __launch_bounds__(kTileX * kTileY)
     layernorm_bwd_partials_kernel(float* __restrict__ part, const T* __restrict__ dout,
                                   const T* __restrict__ x, const float* __restrict__ mean,
@@ -202,13 +219,13 @@ __global__ void __launch_bounds__(kTileX * kTileY)
   for (int k = 0; k < V; ++k) sb[k] = sw[k] = 0.0f;
   if (v < c / V) {
     for (int64_t r = r0 + ty; r < r1; r += kTileY) {
-      const float m = mean[r], s = rstd[r];
+      const float m = RMS ? 0.0f : mean[r], s = rstd[r];
       float xv[V], gv[V];
       load_n<V>(x + r * c + v * V, xv);
       load_n<V>(dout + r * c + v * V, gv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        sb[k] += gv[k];
+        if constexpr (!RMS) sb[k] += gv[k];
         sw[k] += (xv[k] - m) * s * gv[k];
       }
     }
@@ -228,8 +245,12 @@ __global__ void __launch_bounds__(kTileX * kTileY)
       tb += sh_b[y][j];
       tw += sh_w[y][j];
     }
-    part[chunk * c + col] = tb;
-    part[(chunks + chunk) * c + col] = tw;
+    if constexpr (RMS) {
+      part[chunk * c + col] = tw;
+    } else {
+      part[chunk * c + col] = tb;
+      part[(chunks + chunk) * c + col] = tw;
+    }
   }
 }
 
@@ -244,6 +265,16 @@ __global__ void layernorm_bwd_finish_kernel(float* __restrict__ dweight, float* 
     tw += part[(chunks + k) * c + col];
   }
   dbias[col] += tb;
+  dweight[col] += tw;
+}
+
+__global__ void rmsnorm_bwd_finish_kernel(float* __restrict__ dweight,
+                                          const float* __restrict__ part, int64_t chunks,
+                                          int64_t c) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= c) return;
+  float tw = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) tw += part[k * c + col];
   dweight[col] += tw;
 }
 
@@ -291,10 +322,11 @@ void layernorm_fwd(cudaStream_t stream, Tensor out, Tensor mean, Tensor rstd, Te
              auto* wp = static_cast<const T*>(weight.data);
              auto* bp = static_cast<const T*>(bias.data);
              if (c <= kWarpRowMaxCols) {
-               layernorm_fwd_kernel<T, V, 32><<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                   o, mean.as<float>(), rstd.as<float>(), xp, wp, bp, rows, c, eps);
+               layernorm_fwd_kernel<T, V, 32, false>
+                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                       o, mean.as<float>(), rstd.as<float>(), xp, wp, bp, rows, c, eps);
              } else {
-               layernorm_fwd_kernel<T, V, kRowThreads>
+               layernorm_fwd_kernel<T, V, kRowThreads, false>
                    <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
                        o, mean.as<float>(), rstd.as<float>(), xp, wp, bp, rows, c, eps);
              }
@@ -334,10 +366,11 @@ void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias,
              auto* xp = static_cast<const T*>(x.data);
              auto* wp = static_cast<const T*>(weight.data);
              if (c <= kWarpRowMaxCols) {
-               layernorm_bwd_dx_kernel<T, V, 32><<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                   d, g, xp, wp, mean.as<float>(), rstd.as<float>(), rows, c);
+               layernorm_bwd_dx_kernel<T, V, 32, false>
+                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                       d, g, xp, wp, mean.as<float>(), rstd.as<float>(), rows, c);
              } else {
-               layernorm_bwd_dx_kernel<T, V, kRowThreads>
+               layernorm_bwd_dx_kernel<T, V, kRowThreads, false>
                    <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
                        d, g, xp, wp, mean.as<float>(), rstd.as<float>(), rows, c);
              }
@@ -352,7 +385,7 @@ void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias,
              const int64_t tiles = (c / V + kTileX - 1) / kTileX;
              require(tiles <= (int64_t{1} << 31) - 1, op, "C too large");
              const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
-             layernorm_bwd_partials_kernel<T, V><<<grid, kTileX * kTileY, 0, stream>>>(
+             layernorm_bwd_partials_kernel<T, V, false><<<grid, kTileX * kTileY, 0, stream>>>(
                  scratch, static_cast<const T*>(dout.data), static_cast<const T*>(x.data),
                  mean.as<float>(), rstd.as<float>(), rows, c, per_chunk, chunks);
            });
@@ -363,6 +396,111 @@ void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias,
                                 kFinishThreads, 0, stream>>>(dweight.as<float>(), dbias.as<float>(),
                                                              scratch, chunks, c);
   JUMBO_CUDA_CHECK_LAST("layernorm_bwd_finish_kernel");
+}
+
+size_t rmsnorm_bwd_scratch_floats(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return static_cast<size_t>(chunk_count(rows) * cols);
+}
+
+void rmsnorm_fwd(cudaStream_t stream, Tensor out, Tensor rstd, Tensor x, Tensor weight,
+                 float eps) {
+  const char* op = "rmsnorm_fwd";
+  require_cuda(op, {&out, &rstd, &x, &weight});
+  require(is_float(x.dtype) && out.dtype == x.dtype && weight.dtype == x.dtype, op,
+          "out, x and weight must share dtype f32 or bf16");
+  require(rstd.dtype == DType::f32, op, "rstd must be f32");
+  const int64_t rows = row_count(op, x), c = x.dim(-1);
+  require(out.numel() == x.numel(), op, "out must have x's shape");
+  require(weight.numel() == c, op, "weight must be [C]");
+  require(rstd.numel() == rows, op, "rstd must be [N]");
+  require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
+  if (rows == 0) return;
+  const bool aligned = aligned16(out.data) && aligned16(x.data) && aligned16(weight.data);
+  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             auto* o = static_cast<T*>(out.data);
+             auto* xp = static_cast<const T*>(x.data);
+             auto* wp = static_cast<const T*>(weight.data);
+             if (c <= kWarpRowMaxCols) {
+               layernorm_fwd_kernel<T, V, 32, true>
+                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                       o, nullptr, rstd.as<float>(), xp, wp, nullptr, rows, c, eps);
+             } else {
+               layernorm_fwd_kernel<T, V, kRowThreads, true>
+                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
+                       o, nullptr, rstd.as<float>(), xp, wp, nullptr, rows, c, eps);
+             }
+           });
+  JUMBO_CUDA_CHECK_LAST("layernorm_fwd_kernel (rms)");
+}
+
+void rmsnorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dout, Tensor x,
+                 Tensor weight, Tensor rstd, float* scratch) {
+  const char* op = "rmsnorm_bwd";
+  require_cuda(op, {&dx, &dout, &x, &weight, &rstd});
+  const bool with_dweight = !dweight.empty();  // empty: a frozen weight
+  if (with_dweight) require_cuda(op, {&dweight});
+  require(is_float(x.dtype) && dx.dtype == x.dtype && dout.dtype == x.dtype &&
+              weight.dtype == x.dtype,
+          op, "dx, dout, x and weight must share dtype f32 or bf16");
+  require(rstd.dtype == DType::f32, op, "rstd must be f32");
+  const int64_t rows = row_count(op, x), c = x.dim(-1);
+  require(dx.numel() == x.numel() && dout.numel() == x.numel(), op,
+          "dx and dout must have x's shape");
+  require(weight.numel() == c, op, "weight must be [C]");
+  require(!with_dweight || (dweight.dtype == DType::f32 && dweight.numel() == c), op,
+          "dweight must be f32 [C] (or empty)");
+  require(rstd.numel() == rows, op, "rstd must be [N]");
+  require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
+  if (rows == 0) return;
+
+  const bool aligned_dx = aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
+                          aligned16(weight.data);
+  dispatch(x.dtype, aligned_dx && c % kVec<float> == 0, aligned_dx && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             auto* d = static_cast<T*>(dx.data);
+             auto* g = static_cast<const T*>(dout.data);
+             auto* xp = static_cast<const T*>(x.data);
+             auto* wp = static_cast<const T*>(weight.data);
+             if (c <= kWarpRowMaxCols) {
+               layernorm_bwd_dx_kernel<T, V, 32, true>
+                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                       d, g, xp, wp, nullptr, rstd.as<float>(), rows, c);
+             } else {
+               layernorm_bwd_dx_kernel<T, V, kRowThreads, true>
+                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
+                       d, g, xp, wp, nullptr, rstd.as<float>(), rows, c);
+             }
+           });
+  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_dx_kernel (rms)");
+  if (!with_dweight) return;
+
+  require(scratch != nullptr, op, "scratch (rmsnorm_bwd_scratch_floats floats) is null");
+  const int64_t per_chunk = rows_per_chunk(rows);
+  const int64_t chunks = chunk_count(rows);
+  const bool aligned_p = aligned16(dout.data) && aligned16(x.data);
+  dispatch(x.dtype, aligned_p && c % kVec<float> == 0, aligned_p && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             const int64_t tiles = (c / V + kTileX - 1) / kTileX;
+             require(tiles <= (int64_t{1} << 31) - 1, op, "C too large");
+             const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
+             layernorm_bwd_partials_kernel<T, V, true><<<grid, kTileX * kTileY, 0, stream>>>(
+                 scratch, static_cast<const T*>(dout.data), static_cast<const T*>(x.data),
+                 nullptr, rstd.as<float>(), rows, c, per_chunk, chunks);
+           });
+  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_partials_kernel (rms)");
+
+  constexpr int kFinishThreads = 256;
+  rmsnorm_bwd_finish_kernel<<<static_cast<unsigned>((c + kFinishThreads - 1) / kFinishThreads),
+                              kFinishThreads, 0, stream>>>(dweight.as<float>(), scratch, chunks, c);
+  JUMBO_CUDA_CHECK_LAST("rmsnorm_bwd_finish_kernel");
 }
 
 }  // namespace jumbo::cuda

@@ -11,7 +11,7 @@
 
 #include "jumbo/comm/comm.h"
 #include "jumbo/infer/engine.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 #include "jumbo/parallel/pipeline_runner.h"
 #include "jumbo/parallel/stage_plan.h"
 
@@ -31,6 +31,10 @@ inline void init_weights(ParamStore& params, Backend& backend) {
 }
 
 inline ModelConfig tiny() { return load_model_config(JUMBO_SOURCE_DIR "/inputs/models/tiny.toml"); }
+// The Llama block at the same scale: RoPE, RMSNorm, SwiGLU, 4 query heads on 2 kv heads.
+inline ModelConfig tiny_llama() {
+  return load_model_config(JUMBO_SOURCE_DIR "/inputs/models/tiny-llama.toml");
+}
 
 inline std::pair<int64_t, int64_t> layout_for(int world) { return world == 4 ? std::pair{2, 2} : std::pair{1, 1}; }
 
@@ -63,7 +67,7 @@ inline std::vector<std::vector<double>> full_forward_logprobs(
   shape.eval_microbatches = 1;
   shape.lora = lora;
   const StagePlan plan = plan_stage(m, layout, shape, grid.coords());
-  GptModel model(m, plan.model, *backend, grid.tp());
+  TransformerStage model(m, plan.model, *backend, grid.tp());
   init_weights(model.params(), *backend);
   if (lora.rank > 0) set_adapters(model.trained_params(), *backend);
   PipelineRunner runner(model, grid.pp(), plan);
@@ -106,13 +110,14 @@ inline std::vector<std::vector<double>> full_forward_logprobs(
   return rows;
 }
 
-// The tiny model's engine on this world's layout, with init_weights.
-inline std::unique_ptr<GenerationEngine> make_engine(Backend& backend, const DecodeShape& shape) {
+// The model's engine on this world's layout, with init_weights.
+inline std::unique_ptr<GenerationEngine> make_engine(Backend& backend, const DecodeShape& shape,
+                                                     const ModelConfig& model = tiny()) {
   std::shared_ptr<Comm> world = mpi_world();
   EngineOptions opts;
   std::tie(opts.tp, opts.pp) = layout_for(world->size());
   opts.shape = shape;
-  auto engine = std::make_unique<GenerationEngine>(tiny(), opts, backend, world);
+  auto engine = std::make_unique<GenerationEngine>(model, opts, backend, world);
   init_weights(engine->decoder().params(), backend);
   return engine;
 }

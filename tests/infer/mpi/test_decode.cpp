@@ -21,12 +21,11 @@ namespace {
 
 using namespace decode_test;
 
-TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
+void expect_equals_full_forward(const ModelConfig& m) {
   std::shared_ptr<Comm> world = mpi_world();
   const auto [tp, pp] = layout_for(world->size());
-  const ModelConfig m = tiny();
   auto backend = make_cpu_backend();
-  auto made = make_engine(*backend, {.max_rows = 4, .max_sampled = 2, .cache_slots = 2});
+  auto made = make_engine(*backend, {.max_rows = 4, .max_sampled = 2, .cache_slots = 2}, m);
   GenerationEngine& engine = *made;
 
   // Prompts longer than a step's 4 rows (chunked prefill); three through two slots (the third
@@ -71,6 +70,21 @@ TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) {
     }
     EXPECT_LT(worst, 1e-5) << "prompt " << i << ": largest log-probability difference";
   }
+}
+
+TEST(CachedDecode, EqualsFullForwardAtEveryGeneratedPosition) { expect_equals_full_forward(tiny()); }
+
+// The Llama block: the cache holds the 2 kv heads (1 per tp rank), each read by its group's
+// query heads, and RoPE rotates each row at its own position.
+TEST(CachedDecode, LlamaEqualsFullForwardAtEveryGeneratedPosition) {
+  expect_equals_full_forward(tiny_llama());
+}
+
+// qk-norm (Qwen 3's): each query and key head normed before RoPE, in prefill and decode.
+TEST(CachedDecode, QkNormEqualsFullForwardAtEveryGeneratedPosition) {
+  ModelConfig m = tiny_llama();
+  m.qk_norm = true;
+  expect_equals_full_forward(m);
 }
 
 TEST(CachedDecode, ScoredPromptTokensAreTheFullForwardsLogprobs) {

@@ -15,7 +15,7 @@ namespace {
 using namespace decode_test;
 
 // A stage's adapters with B random too (a fresh B is zero, which would leave the base).
-std::unique_ptr<ParamStore> random_adapters(const ModelConfig& m, const GptOptions& stage,
+std::unique_ptr<ParamStore> random_adapters(const ModelConfig& m, const StageOptions& stage,
                                             int64_t tp_rank, int64_t tp, Backend& backend,
                                             uint64_t seed) {
   auto store = std::make_unique<ParamStore>();
@@ -29,19 +29,19 @@ std::unique_ptr<ParamStore> random_adapters(const ModelConfig& m, const GptOptio
   return store;
 }
 
-TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
+// `widest`: the first adapter's maps (the second has qkv and fc2).
+void expect_mixed_adapters_equal_full_forward(const ModelConfig& m, LoraTargetSet widest) {
   std::shared_ptr<Comm> world = mpi_world();
   const auto [tp, pp] = layout_for(world->size());
-  const ModelConfig m = tiny();
   auto backend = make_cpu_backend();
   LoraTargetSet two = LoraTargetSet::none();
   two.add(LoraTarget::qkv);
   two.add(LoraTarget::fc2);
-  const std::vector<LoraShape> shapes = {{.rank = 4, .alpha = 8, .targets = LoraTargetSet{}},
+  const std::vector<LoraShape> shapes = {{.rank = 4, .alpha = 8, .targets = widest},
                                          {.rank = 2, .alpha = 6, .targets = two}};
   const std::vector<uint64_t> seeds = {101, 202};
   auto made = make_engine(*backend, {.max_rows = 6, .max_sampled = 4, .cache_slots = 4,
-                                     .adapter_slots = 2, .max_lora_rank = 4});
+                                     .adapter_slots = 2, .max_lora_rank = 4}, m);
   GenerationEngine& engine = *made;
   Grid grid(world, static_cast<int>(tp), static_cast<int>(pp));
   Layout layout;
@@ -115,6 +115,17 @@ TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
       EXPECT_GT(moved[i], 1e-2) << "adapter " << adapter[i] << " changed nothing";
     }
   }
+}
+
+TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
+  expect_mixed_adapters_equal_full_forward(tiny(), LoraTargetSet{});
+}
+
+// The Llama block's q/k/v (grouped), o and down maps (SwiGLU's gate and up take none).
+TEST(CachedDecodeLora, LlamaMixedAdaptersAndBaseEqualEachFullForward) {
+  LoraTargetSet three = LoraTargetSet::none();
+  for (LoraTarget t : {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc2}) three.add(t);
+  expect_mixed_adapters_equal_full_forward(tiny_llama(), three);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ const std::string& data_dir() {
 }
 
 RunConfig layout_config(int tp, int pp, bool zero1, const std::string& precision,
-                        const std::string& recompute, bool sequence_parallel) {
+                        const std::string& recompute, bool sequence_parallel, Family family) {
   const std::string d = data_dir();
   std::vector<std::string> sets = {
       "model.layers=8", "model.d_model=64", "model.heads=8", "model.ffn=128",
@@ -58,6 +58,13 @@ RunConfig layout_config(int tp, int pp, bool zero1, const std::string& precision
       "train.warmup_tokens=200", "train.eval_every=0", "train.precision=" + precision,
       "data.train=0.7 " + d + "/train 0.3 " + d + "/train2", "data.valid=", "data.tokenizer=" + small_tokenizer(),
       "log.metrics_file=", "log.peak_tflops=1"};
+  if (family == Family::llama) {
+    for (const char* key : {"model.norm=rmsnorm", "model.position=rope", "model.mlp=swiglu",
+                            "model.kv_heads=4", "model.tied_embeddings=false",
+                            "model.linear_bias=false", "model.ffn=96"}) {
+      sets.push_back(key);
+    }
+  }
   return parse_run_config("[model]\npreset = \"" JUMBO_SOURCE_DIR "/inputs/models/tiny.toml\"\n",
                           "layout-test", sets);
 }
@@ -98,20 +105,22 @@ std::string fresh_checkpoint_dir(const std::string& name) {
   return d.string();
 }
 
-RefRun reference(const std::string& precision) {
-  return solo_run(layout_config(1, 1, false, precision));
+RefRun reference(const std::string& precision, Family family) {
+  return solo_run(layout_config(1, 1, false, precision, "none", false, family));
 }
 
 // Compares every element this rank holds with the same global element of the reference.
-void expect_same_weights(Trainer& t, const std::vector<float>& ref_flat, double tol) {
+void expect_same_weights(Trainer& t, const std::vector<float>& ref_flat, double tol,
+                         Family family) {
   // The one-rank layout of the same model gives each tensor's offset in ref_flat.
   auto backend = make_cpu_backend();
   auto self = mpi_world()->split(mpi_world()->rank(), 0, "self");
-  const RunConfig cfg = layout_config(1, 1, false, "fp32");
-  GptOptions o;
+  const RunConfig cfg = layout_config(1, 1, false, "fp32", "none", false, family);
+  StageOptions o;
   o.micro_batch = 1;
   o.seq = cfg.model.context;
-  GptModel one(cfg.model, o, *backend, *self);
+  const std::unique_ptr<ModelStage> stage = make_model_stage(cfg.model, o, *backend, *self);
+  const ModelStage& one = *stage;
   std::map<std::string, int> by_name;
   for (size_t i = 0; i < one.params().size(); ++i) by_name[one.params().info(int(i)).name] = int(i);
   const ParamStore& mine = t.model().params();

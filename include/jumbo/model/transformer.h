@@ -3,7 +3,7 @@
 // multi-head attention and a 4x tanh-GELU MLP, final LayerNorm, output head tied to the token
 // embedding. Forward and backward are written out kernel by kernel (llm.c style).
 //
-// A GptModel is one pipeline stage: a contiguous range of layers, plus the embedding on the
+// A TransformerStage is one pipeline stage: a contiguous range of layers, plus the embedding on the
 // first stage and the final norm and head on the last (which keeps its own copy of the tied
 // embedding; the trainer sums the two copies' gradients). It holds `slots` sets of forward
 // activations, one per microbatch in flight in the pipeline schedule.
@@ -22,78 +22,40 @@
 #include "jumbo/config/config.h"
 #include "jumbo/model/layer.h"
 #include "jumbo/model/params.h"
+#include "jumbo/model/spec.h"
+#include "jumbo/model/stage.h"
 
 namespace jumbo {
 
-// The storage type of weights and activations for a precision mode (master weights, main
-// grads and optimizer state are f32 in both).
-inline DType compute_dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
 
-struct GptOptions {
-  int64_t micro_batch = 1;
-  int64_t seq = 0;  // <= context
-  DType compute_dtype = DType::f32;
-  float layernorm_eps = 1e-5f;
-  int64_t flat_multiple = 1;  // pad the flat parameter buffers (data-parallel shards)
-  // Pipeline stage: layers [first_layer, first_layer + num_layers); -1 = all. With
-  // interleaving the stage holds `chunks` such ranges, chunk_stride layers apart.
-  int64_t first_layer = 0;
-  int64_t num_layers = -1;
-  int64_t chunks = 1;
-  int64_t chunk_stride = 0;
-  bool has_embedding = true;  // first stage
-  bool has_head = true;       // last stage
-  int64_t slots = 1;          // microbatches in flight (activation sets)
-  int64_t losses_per_read = 1;  // microbatches whose losses take_loss_sum() reads at once
-  Recompute recompute = Recompute::none;
-  // Sequence parallelism (Korthikanti et al. 2022): with tp > 1, the layernorm and residual
-  // regions hold S/tp of the sequence; all-gather and reduce-scatter along the sequence
-  // replace the tensor-parallel all-reduces. Layernorm and position-embedding gradients are
-  // then partial sums over the tp ranks (ParamInfo::tp_partial_grad).
-  bool sequence_parallel = false;
-  // LoRA (model/lora.h): adapters on a frozen base. The base then holds weights only (no
-  // gradients); trained_params() is the adapters' store. rank 0: no adapters.
-  LoraShape lora{};
-  // The probability to drop an element of an adapter's input in training's forward (Hu et al.
-  // 2021's lora_dropout); evaluation and generation never drop.
-  float lora_dropout = 0;
-};
 
-// What a stage with these options asks of a backend's kernels (backend/device.h): checked
-// against the device when a run is validated.
-KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions& opts);
-
-// The parameters of one pipeline stage on tp rank `tp_rank` of `tp_size`, in the order the
-// flat buffers hold them (no memory: checkpoint conversion lays out stages it never builds).
-std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
-                                        int64_t tp_rank, int64_t tp_size);
-
-// Where each parameter of a stage sits in gpt_stage_params' order (the ParamStore index),
+// Where each parameter of a stage sits in stage_params' order (the ParamStore index),
 // for the training model and the decoder alike.
-struct GptParamIndex {
-  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1;  // -1: not on this stage
-  std::vector<GptLayerParams> layers;                // this stage's layers, chunk after chunk
+struct StageParamIndex {
+  // -1: not on this stage (or not in the spec). head is wte when the embeddings are tied.
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
+  std::vector<LayerParams> layers;  // this stage's layers, chunk after chunk
 };
-GptParamIndex gpt_param_index(const GptOptions& opts);
+StageParamIndex stage_param_index(const ModelConfig& cfg, const StageOptions& opts);
 
-class GptModel {
+class TransformerStage final : public ModelStage {
  public:
-  GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp);
+  TransformerStage(const ModelConfig& cfg, const StageOptions& opts, Backend& backend, Comm& tp);
 
   // The stage's model weights (with LoRA frozen: weights only, no gradients).
-  ParamStore& params() { return params_; }
-  const ParamStore& params() const { return params_; }
+  ParamStore& params() override { return params_; }
+  const ParamStore& params() const override { return params_; }
   // What trains: every weight, or with LoRA the adapters. The optimizer, the gradient sync
   // and checkpoints work on this store; the grads-ready and weights-needed hooks report its
   // flat offsets.
-  ParamStore& trained_params() { return lora_ ? adapters_ : params_; }
-  const ParamStore& trained_params() const { return lora_ ? adapters_ : params_; }
-  bool lora() const { return lora_; }
+  ParamStore& trained_params() override { return lora_ ? adapters_ : params_; }
+  const ParamStore& trained_params() const override { return lora_ ? adapters_ : params_; }
+  bool lora() const override { return lora_; }
   // Before a run of microbatches: training's seed of the LoRA dropout masks (a step's), or
   // none (evaluation: nothing dropped). Each microbatch's masks derive from it, the chunk and
   // the microbatch's place in the run, so a recomputation and the backward draw the same.
-  void begin_run(std::optional<uint64_t> dropout_seed);
-  void initialize(uint64_t seed) {
+  void begin_run(std::optional<uint64_t> dropout_seed) override;
+  void initialize(uint64_t seed) override {
     params_.initialize(backend_, seed);
     if (lora_) adapters_.initialize(backend_, seed);
   }
@@ -112,18 +74,18 @@ class GptModel {
   // token's position in its own sequence, which the position embedding looks up and the
   // attention keeps inside (the slot keeps them for its backward).
   void forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets,
-               const int32_t* positions);
+               const int32_t* positions) override;
   // The sum of the per-token losses recorded since the last call, added in microbatch and
   // token order (one host read); 0 on stages without the head.
-  double take_loss_sum();
+  double take_loss_sum() override;
   // The same losses one by one, appended to `out` in microbatch and token order (evaluation
   // scores some tokens of a window, not all).
-  void take_token_losses(std::vector<float>& out);
+  void take_token_losses(std::vector<float>& out) override;
   // Backward of slot's microbatch. The last stage weights each token's loss by loss_scale;
   // other stages read d(output) from grad_output(). Leaves d(input) in grad_input(slot) on
   // stages without the embedding. Weight gradients accumulate into params().all_grads().
   void backward(int slot, float loss_scale) { backward(slot, 0, loss_scale); }
-  void backward(int slot, int chunk, float loss_scale);
+  void backward(int slot, int chunk, float loss_scale) override;
   // One-stage convenience: slot 0; returns the microbatch's loss sum (a host read).
   double forward(const int32_t* tokens, const int32_t* targets) {
     forward(0, 0, tokens, targets, nullptr);
@@ -132,36 +94,38 @@ class GptModel {
   void backward(float loss_scale) { backward(0, 0, loss_scale); }
 
   // Stage boundary tensors, [B, S, C] ([B, S/tp, C] with sequence parallelism).
-  Tensor input(int slot) { return slots_[slot].encoded; }
-  Tensor output(int slot);
-  Tensor grad_output() { return dresidual_; }
-  Tensor grad_input(int slot) { return slots_[slot].dinput; }
+  Tensor input(int slot) override { return slots_[slot].encoded; }
+  Tensor output(int slot) override;
+  Tensor grad_output() override { return dresidual_; }
+  Tensor grad_input(int slot) override { return slots_[slot].dinput; }
 
-  void zero_grads() { backend_.fill(trained_params().all_grads(), 0.0f); }
+  void zero_grads() override { backend_.fill(trained_params().all_grads(), 0.0f); }
   // Called during backward each time the gradients of every parameter at flat offset >= the
   // argument are complete for this microbatch (backward finishes them from the end of the
   // flat buffer towards its start). Data parallelism starts bucket reductions from it. The
   // tied embedding (offset 0) is never reported: it still needs the embedding-group sum.
-  void set_grads_ready_hook(std::function<void(int64_t)> hook) { grads_ready_ = std::move(hook); }
+  void set_grads_ready_hook(std::function<void(int64_t)> hook) override {
+    grads_ready_ = std::move(hook);
+  }
   // Called during forward before the weights at flat offsets below the argument are first
   // read (the embedding, each layer, the head): ZeRO's weight all-gather is waited for
   // bucket by bucket there, so it overlaps the forward.
-  void set_weights_needed_hook(std::function<void(int64_t)> hook) {
+  void set_weights_needed_hook(std::function<void(int64_t)> hook) override {
     weights_needed_ = std::move(hook);
   }
-  // The tied embedding's gradient (first and last stage), or an empty tensor.
-  Tensor embedding_grad() { return wte_ >= 0 && !lora_ ? params_.grad(wte_) : Tensor{}; }
+  // The token embedding's gradient (the first stage, and the last when tied), or an empty
+  // tensor.
+  Tensor embedding_grad() override { return wte_ >= 0 && !lora_ ? params_.grad(wte_) : Tensor{}; }
 
-  size_t activation_bytes() const { return acts_arena_.used(); }
+  size_t activation_bytes() const override { return acts_arena_.used(); }
   // The last stage's logits of its last forward, [micro_batch x seq, vocab slice] in the
   // compute dtype, padded columns -inf (kept until the next backward overwrites them).
-  Tensor logits() { return logits_; }
+  Tensor logits() override { return logits_; }
   Backend& backend() { return backend_; }
-  int64_t padded_vocab() const { return vocab_padded_; }
-  const GptOptions& options() const { return opts_; }
+  int64_t padded_vocab() const override { return vocab_padded_; }
+  const StageOptions& options() const override { return opts_; }
 
  private:
-  using LayerParams = GptLayerParams;
   using LayerActs = LayerTensors;  // input: the previous layer's residual3 (or encoded)
   // Forward state of one microbatch in flight.
   struct Slot {
@@ -178,10 +142,16 @@ class GptModel {
 
   void register_params();
   void layout_activations(Arena& arena);
-  LayerContext layer_context() {
-    return {backend_, region_, params_, opts_.layernorm_eps};
+  // The layers' context for a microbatch whose rows sit at rope_positions (RoPE).
+  LayerContext layer_context(Tensor rope_positions = {}) {
+    return {backend_, region_, params_, spec_, rope_table_, rope_positions};
   }
-  void block_backward(LayerActs& a, const LayerParams& p);
+  // A norm's backward by the spec: dx += ..., the weight's (and bias's) gradient +=.
+  void norm_backward(Tensor dx, int weight, int bias, Tensor dout, Tensor x, Tensor mean,
+                     Tensor rstd);
+  // The positions RoPE rotates a slot's rows by: its packed positions, or 0 .. seq-1.
+  Tensor rope_positions(const Slot& s) const { return s.packed ? s.positions : sequence_positions_; }
+  void block_backward(LayerActs& a, const LayerParams& p, Tensor rope_positions);
   // Backward of out += scale B(A(x)) (layer.h's lora_forward) after its base map's: dB, then
   // dh = scale dout B, dA, and dx += dh A.
   void lora_backward(LoraTarget target, const LayerParams& p, Tensor dout, Tensor x, Tensor dx,
@@ -196,7 +166,8 @@ class GptModel {
   void head_backward(Slot& s, Tensor x, float loss_scale);
 
   ModelConfig cfg_;
-  GptOptions opts_;
+  StageOptions opts_;
+  ModelSpec spec_;  // this rank's: spec_.tp is the tp size
   Backend& backend_;
   Comm& tp_;
   // Gathers and reductions along the sequence with SP, plain all-reduces without.
@@ -216,7 +187,9 @@ class GptModel {
   Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
   Tensor lora_dropped_;                   // LoRA dropout: the dropped-out input
   Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
-  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1;
+  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
+  // RoPE: f32 [context, head_dim] cos and sin, and i32 [B*S] 0 .. seq-1 per sequence.
+  Tensor rope_table_, sequence_positions_;
   std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk
   Arena acts_arena_;
   std::vector<Slot> slots_;
@@ -226,7 +199,7 @@ class GptModel {
   // Scratch shared by all slots: "full" tensors span the sequence, "part" ones this rank's
   // part (aliases without SP); sp_stage_ reorders [B, S, C] as [tp, B, S/tp, C].
   Tensor emb_full_, proj_out_, proj_part_, dresidual_, dres_full_, dln_, dln_part_, datty_, dqkv_,
-      dfch_, dfch_gelu_, dprobs_, sp_stage_;
+      dfch_, dfch_act_, dprobs_, sp_stage_;
   // Layer tensors that recomputation does not keep per slot: written by every forward,
   // rebuilt before each backward.
   LayerActs recomputed_;

@@ -1,4 +1,4 @@
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 
 #include <fmt/format.h>
 
@@ -6,36 +6,40 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "jumbo/model/activations.h"
 #include "jumbo/model/checkpoint_names.h"
 #include "jumbo/model/lora.h"
+#include "jumbo/model/rope.h"
 
 namespace jumbo {
 
-GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& backend, Comm& tp)
-    : cfg_(cfg), opts_(opts), backend_(backend), tp_(tp), region_(backend, tp) {
+TransformerStage::TransformerStage(const ModelConfig& cfg, const StageOptions& opts, Backend& backend, Comm& tp)
+    : cfg_(cfg), opts_(opts), spec_(model_spec(cfg, tp.size())), backend_(backend), tp_(tp),
+      region_(backend, tp) {
   tp_rank_ = tp.rank();
   tp_size_ = tp.size();
   if (opts_.seq <= 0 || opts_.seq > cfg_.context) {
-    throw std::logic_error(fmt::format("GptModel: seq {} outside (0, context {}]", opts_.seq,
+    throw std::logic_error(fmt::format("TransformerStage: seq {} outside (0, context {}]", opts_.seq,
                                        cfg_.context));
   }
   if (opts_.num_layers < 0) opts_.num_layers = cfg_.layers - opts_.first_layer;
   if (opts_.first_layer < 0 || opts_.chunks < 1 ||
       opts_.first_layer + (opts_.chunks - 1) * opts_.chunk_stride + opts_.num_layers > cfg_.layers ||
       opts_.slots < 1) {
-    throw std::logic_error("GptModel: stage layers or slots out of range");
+    throw std::logic_error("TransformerStage: stage layers or slots out of range");
   }
   vocab_padded_ = cfg_.padded_vocab(tp_size_);
   vocab_local_ = vocab_padded_ / tp_size_;
   vocab_start_ = tp_rank_ * vocab_local_;
   vocab_valid_ = std::clamp<int64_t>(cfg_.vocab - vocab_start_, 0, vocab_local_);
-  heads_local_ = cfg_.heads / tp_size_;
-  ffn_local_ = cfg_.ffn_dim() / tp_size_;
+  heads_local_ = spec_.heads_local();
+  ffn_local_ = spec_.ffn_local();
   sp_ = opts_.sequence_parallel && tp_size_ > 1;
   if (sp_ && opts_.seq % tp_size_ != 0) {
-    throw std::logic_error("GptModel: sequence parallelism needs seq divisible by tp");
+    throw std::logic_error("TransformerStage: sequence parallelism needs seq divisible by tp");
   }
   seq_part_ = sp_ ? opts_.seq / tp_size_ : opts_.seq;
+  causal_.kv_heads = spec_.kv_heads_local();
   lora_ = opts_.lora.rank > 0;
   register_params();
   // LoRA's base trains nothing: weights only, in the compute dtype (bf16 in mixed precision).
@@ -56,19 +60,27 @@ GptModel::GptModel(const ModelConfig& cfg, const GptOptions& opts, Backend& back
                                                    .width = cfg_.d_model, .stage = sp_stage_});
   }
   host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
+  if (spec_.rope()) {  // constants, uploaded once
+    backend_.from_host(rope_table_, rope_table(cfg_, cfg_.context).data());
+    std::vector<int32_t> positions(static_cast<size_t>(opts_.micro_batch * opts_.seq));
+    for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i % opts_.seq);
+    backend_.from_host(sequence_positions_, positions.data());
+  }
   if (sp_) host_positions_part_.resize(static_cast<size_t>(opts_.micro_batch * seq_part_));
 }
 
-KernelRequirements kernel_requirements(const ModelConfig& cfg, const GptOptions& opts) {
+KernelRequirements kernel_requirements(const ModelConfig& cfg, const StageOptions& opts) {
   return {.head_dim = cfg.head_dim(), .compute_dtype = opts.compute_dtype};
 }
 
-std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions& opts,
-                                        int64_t tp_rank, int64_t tp_size) {
+std::vector<ParamInfo> stage_params(const ModelConfig& cfg, const StageOptions& opts,
+                                    int64_t tp_rank, int64_t tp_size) {
   std::vector<ParamInfo> out;
-  const int64_t c = cfg.d_model, f = cfg.ffn_dim(), l = cfg.layers;
-  const int64_t c3 = 3 * c, c3_local = c3 / tp_size, c_local = c / tp_size;
-  const int64_t ffn_local = f / tp_size;
+  const ModelSpec m = model_spec(cfg, tp_size);
+  const int64_t c = m.d_model, f = m.ffn, l = m.layers;
+  const int64_t qkv = m.qkv_width();
+  const int64_t attn = m.attn_width(), attn_local = m.attn_local();
+  const int64_t ffn_local = m.ffn_local();
   const int64_t vocab_padded = cfg.padded_vocab(tp_size), vocab_local = vocab_padded / tp_size;
   const int64_t num_layers = opts.num_layers < 0 ? l - opts.first_layer : opts.num_layers;
   const float std = 0.02f;
@@ -81,17 +93,40 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
     p.tp_partial_grad = sp;
     return p;
   };
-  // The tied embedding comes first in the flat buffer on the first and the last stage: its
-  // gradient is final only after the embedding-group sum, so its bucket is reduced last.
-  if (opts.has_embedding || opts.has_head) {
-    ParamInfo wte = make_param(kGptWordEmbedding, {vocab_padded, c}, {tp_rank * vocab_local, 0},
+  auto norm = [&](const std::string& name) {
+    out.push_back(sequence_split(make_param(name + ".weight", {c}, {0}, {c}, ONE, 0, false, true)));
+    if (m.norm_has_bias()) {
+      out.push_back(sequence_split(make_param(name + ".bias", {c}, {0}, {c}, ZERO, 0, false, true)));
+    }
+  };
+  // A column-parallel map's weight and bias, rows split by tp. `packed`: stored right after
+  // the parameter before it (SwiGLU's up after its gate: one GEMM over both).
+  auto column_weight = [&](const std::string& name, int64_t rows, bool packed) {
+    const int64_t local = rows / tp_size;
+    ParamInfo w = make_param(name + ".weight", {rows, c}, {tp_rank * local, 0}, {local, c}, N,
+                             std, true, false);
+    w.packed_with_previous = packed;
+    out.push_back(w);
+  };
+  auto column_bias = [&](const std::string& name, int64_t rows, bool packed) {
+    const int64_t local = rows / tp_size;
+    ParamInfo b = make_param(name + ".bias", {rows}, {tp_rank * local}, {local}, ZERO, 0, false,
+                             false);
+    b.packed_with_previous = packed;
+    out.push_back(b);
+  };
+  // The token embedding comes first in the flat buffer on the first stage, and when tied (as
+  // the head) on the last: its gradient is final only after the embedding-group sum, so its
+  // bucket is reduced last.
+  if (opts.has_embedding || (opts.has_head && m.tied_embeddings)) {
+    ParamInfo wte = make_param(kWordEmbedding, {vocab_padded, c}, {tp_rank * vocab_local, 0},
                                {vocab_local, c}, N, std, true, false);
-    wte.tied_embedding = true;
+    wte.tied_embedding = m.tied_embeddings;
     wte.pipeline_copy = !opts.has_embedding;
     wte.valid_rows = cfg.vocab;
     out.push_back(wte);
   }
-  if (opts.has_embedding) {
+  if (opts.has_embedding && m.learned_positions()) {
     out.push_back(sequence_split(make_param("embedding.position", {cfg.context, c}, {0, 0},
                                             {cfg.context, c}, N, std, true, true)));
   }
@@ -99,63 +134,95 @@ std::vector<ParamInfo> gpt_stage_params(const ModelConfig& cfg, const GptOptions
   for (int64_t i = opts.first_layer + chunk * opts.chunk_stride;
        i < opts.first_layer + chunk * opts.chunk_stride + num_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    out.push_back(sequence_split(make_param(p + "ln1.weight", {c}, {0}, {c}, ONE, 0, false, true)));
-    out.push_back(sequence_split(make_param(p + "ln1.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
-    // Column-parallel QKV: rows ordered per head (q, k, v), so a tp rank's heads are contiguous.
-    out.push_back(make_param(p + "attn.qkv.weight", {c3, c}, {tp_rank * c3_local, 0},
-                             {c3_local, c}, N, std, true, false));
-    out.push_back(make_param(p + "attn.qkv.bias", {c3}, {tp_rank * c3_local}, {c3_local}, ZERO, 0,
-                             false, false));
+    norm(p + "ln1");
+    // Column-parallel QKV: rows in kv groups (each its query heads, key, value), so a tp
+    // rank's groups are contiguous (backend.h's grouped layout; per head q, k, v for GPT).
+    column_weight(p + "attn.qkv", qkv, false);
+    if (m.qkv_bias) column_bias(p + "attn.qkv", qkv, false);
+    if (m.qk_norm) {  // every tp rank norms its own heads: a partial sum of the gradient
+      for (const char* name : {"attn.q_norm.weight", "attn.k_norm.weight"}) {
+        ParamInfo w = make_param(p + name, {m.head_dim}, {0}, {m.head_dim}, ONE, 0, false, true);
+        w.tp_partial_grad = tp_size > 1;
+        out.push_back(w);
+      }
+    }
     // Row-parallel output projection: columns split.
-    out.push_back(make_param(p + "attn.proj.weight", {c, c}, {0, tp_rank * c_local},
-                             {c, c_local}, N, resid_std, true, false));
-    out.push_back(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
-    out.push_back(sequence_split(make_param(p + "ln2.weight", {c}, {0}, {c}, ONE, 0, false, true)));
-    out.push_back(sequence_split(make_param(p + "ln2.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
-    out.push_back(make_param(p + "mlp.fc1.weight", {f, c}, {tp_rank * ffn_local, 0},
-                             {ffn_local, c}, N, std, true, false));
-    out.push_back(make_param(p + "mlp.fc1.bias", {f}, {tp_rank * ffn_local}, {ffn_local}, ZERO, 0,
-                             false, false));
+    out.push_back(make_param(p + "attn.proj.weight", {c, attn}, {0, tp_rank * attn_local},
+                             {c, attn_local}, N, resid_std, true, false));
+    if (m.linear_bias) out.push_back(make_param(p + "attn.proj.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    norm(p + "ln2");
+    if (m.swiglu()) {  // gate and up side by side: one [2F/tp, C] GEMM, then silu(gate) * up
+      column_weight(p + "mlp.gate", f, false);
+      column_weight(p + "mlp.up", f, true);
+      if (m.linear_bias) {
+        column_bias(p + "mlp.gate", f, false);
+        column_bias(p + "mlp.up", f, true);
+      }
+    } else {
+      column_weight(p + "mlp.fc1", f, false);
+      if (m.linear_bias) column_bias(p + "mlp.fc1", f, false);
+    }
     out.push_back(make_param(p + "mlp.fc2.weight", {c, f}, {0, tp_rank * ffn_local},
                              {c, ffn_local}, N, resid_std, true, false));
-    out.push_back(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
+    if (m.linear_bias) out.push_back(make_param(p + "mlp.fc2.bias", {c}, {0}, {c}, ZERO, 0, false, true));
   }
   if (opts.has_head) {
-    out.push_back(sequence_split(make_param("final_norm.weight", {c}, {0}, {c}, ONE, 0, false, true)));
-    out.push_back(sequence_split(make_param("final_norm.bias", {c}, {0}, {c}, ZERO, 0, false, true)));
+    norm("final_norm");
+    if (!m.tied_embeddings) {  // the output head: vocab-parallel like the embedding
+      ParamInfo head = make_param(kUntiedHead, {vocab_padded, c}, {tp_rank * vocab_local, 0},
+                                  {vocab_local, c}, N, std, true, false);
+      head.valid_rows = cfg.vocab;
+      out.push_back(head);
+    }
   }
   return out;
 }
 
-GptParamIndex gpt_param_index(const GptOptions& opts) {
-  // gpt_stage_params' order: [word], [position], 12 per layer, [final norm].
-  GptParamIndex ix;
+StageParamIndex stage_param_index(const ModelConfig& cfg, const StageOptions& opts) {
+  // stage_params' order, by the spec's pieces.
+  const ModelSpec m = model_spec(cfg);
+  StageParamIndex ix;
   int next = 0;
-  if (opts.has_embedding || opts.has_head) ix.wte = next++;
-  if (opts.has_embedding) ix.wpe = next++;
+  auto take = [&](bool present) { return present ? next++ : -1; };
+  ix.wte = take(opts.has_embedding || (opts.has_head && m.tied_embeddings));
+  ix.wpe = take(opts.has_embedding && m.learned_positions());
   const int64_t layers = opts.chunks * opts.num_layers;
   for (int64_t i = 0; i < layers; ++i) {
-    GptLayerParams lp{};
-    for (int* f : {&lp.ln1_w, &lp.ln1_b, &lp.qkv_w, &lp.qkv_b, &lp.proj_w, &lp.proj_b, &lp.ln2_w,
-                   &lp.ln2_b, &lp.fc1_w, &lp.fc1_b, &lp.fc2_w, &lp.fc2_b}) {
-      *f = next++;
-    }
+    LayerParams lp{};
+    lp.ln1_w = take(true);
+    lp.ln1_b = take(m.norm_has_bias());
+    lp.qkv_w = take(true);
+    lp.qkv_b = take(m.qkv_bias);
+    lp.q_norm_w = take(m.qk_norm);
+    lp.k_norm_w = take(m.qk_norm);
+    lp.proj_w = take(true);
+    lp.proj_b = take(m.linear_bias);
+    lp.ln2_w = take(true);
+    lp.ln2_b = take(m.norm_has_bias());
+    lp.fc1_w = take(true);
+    lp.up_w = take(m.swiglu());
+    lp.fc1_b = take(m.linear_bias);
+    lp.up_b = take(m.swiglu() && m.linear_bias);
+    lp.fc2_w = take(true);
+    lp.fc2_b = take(m.linear_bias);
     ix.layers.push_back(lp);
   }
   if (opts.has_head) {
-    ix.lnf_w = next++;
-    ix.lnf_b = next++;
+    ix.lnf_w = take(true);
+    ix.lnf_b = take(m.norm_has_bias());
+    ix.head = m.tied_embeddings ? ix.wte : take(true);
   }
   return ix;
 }
 
-void GptModel::register_params() {
-  for (ParamInfo& p : gpt_stage_params(cfg_, opts_, tp_rank_, tp_size_)) params_.add(std::move(p));
-  const GptParamIndex ix = gpt_param_index(opts_);
+void TransformerStage::register_params() {
+  for (ParamInfo& p : stage_params(cfg_, opts_, tp_rank_, tp_size_)) params_.add(std::move(p));
+  const StageParamIndex ix = stage_param_index(cfg_, opts_);
   wte_ = ix.wte;
   wpe_ = ix.wpe;
   lnf_w_ = ix.lnf_w;
   lnf_b_ = ix.lnf_b;
+  head_ = ix.head;
   layer_params_ = ix.layers;
   if (!lora_) return;
   for (ParamInfo& p : lora_stage_params(cfg_, opts_, tp_rank_, tp_size_)) adapters_.add(std::move(p));
@@ -163,10 +230,10 @@ void GptModel::register_params() {
   for (size_t l = 0; l < layer_params_.size(); ++l) layer_params_[l].lora = adapters[l];
 }
 
-int64_t GptModel::layer_weights_end(const LayerParams& p) const {
+int64_t TransformerStage::layer_weights_end(const LayerParams& p) const {
   if (!lora_) {
-    return flat_end({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b,
-                     p.fc1_w, p.fc1_b, p.fc2_w, p.fc2_b});
+    return flat_end({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.q_norm_w, p.k_norm_w, p.proj_w,
+                     p.proj_b, p.ln2_w, p.ln2_b, p.fc1_w, p.fc1_b, p.up_w, p.up_b, p.fc2_w, p.fc2_b});
   }
   int64_t end = 0;
   for (LoraTarget t : kLoraTargets) {
@@ -177,98 +244,33 @@ int64_t GptModel::layer_weights_end(const LayerParams& p) const {
   return end;
 }
 
-void GptModel::layout_activations(Arena& arena) {
-  const DType t = opts_.compute_dtype;
-  const DType f32 = DType::f32;
-  const int64_t b = opts_.micro_batch, s = opts_.seq, n = b * s, c = cfg_.d_model;
-  const int64_t c_local = c / tp_size_, sp = seq_part_, np = b * sp;
-  const int64_t stats_cols = backend_.attention_stats_cols(s);  // T x T probs on the CPU
-  // A sequence-spanning tensor, or the part tensor itself without SP.
-  auto full_of = [&](Tensor part) { return sp_ ? arena.alloc(t, {b, s, c}) : part; };
-  // One full set of layer tensors: the shared set under recomputation, else the per-slot ones.
-  auto alloc_layer = [&](LayerActs& la, bool core_attention) {
-    la.ln1 = arena.alloc(t, {b, sp, c});
-    la.ln1_full = full_of(la.ln1);
-    la.ln1_mean = arena.alloc(f32, {np});
-    la.ln1_rstd = arena.alloc(f32, {np});
-    la.qkv = arena.alloc(t, {b, s, 3 * c_local});
-    if (core_attention) {
-      la.atty = arena.alloc(t, {b, s, c_local});
-      la.probs = arena.alloc(f32, {b, heads_local_, s, stats_cols});
-    }
-    la.residual2 = arena.alloc(t, {b, sp, c});
-    la.ln2 = arena.alloc(t, {b, sp, c});
-    la.ln2_full = full_of(la.ln2);
-    la.ln2_mean = arena.alloc(f32, {np});
-    la.ln2_rstd = arena.alloc(f32, {np});
-    la.fch = arena.alloc(t, {b, s, ffn_local_});
-    la.fch_gelu = arena.alloc(t, {b, s, ffn_local_});
-    la.residual3 = arena.alloc(t, {b, sp, c});
-    for (LoraTarget target : kLoraTargets) {
-      if (lora_ && opts_.lora.targets.has(target)) {
-        la.lora_h[static_cast<size_t>(target)] = arena.alloc(t, {n, opts_.lora.rank});
-      }
-    }
-  };
-  recomputed_ = LayerActs{};
-  if (opts_.num_layers > 0 && opts_.recompute == Recompute::full) alloc_layer(recomputed_, true);
-  if (opts_.num_layers > 0 && opts_.recompute == Recompute::selective) {
-    recomputed_.atty = arena.alloc(t, {b, s, c_local});
-    recomputed_.probs = arena.alloc(f32, {b, heads_local_, s, stats_cols});
-  }
+void TransformerStage::layout_activations(Arena& arena) {
+  // The stage's tensors as model/activations.h lays them out (what the planner counts).
+  StageActivations a = layout_stage_activations(arena, cfg_, opts_, tp_size_,
+                                                backend_.attention_stats_cols(opts_.seq));
+  recomputed_ = a.recomputed;
   slots_.assign(opts_.slots, Slot{});
-  for (Slot& slot : slots_) {
-    slot.tokens = arena.alloc(DType::i32, {n});
-    slot.targets = arena.alloc(DType::i32, {n});
-    slot.positions = arena.alloc(DType::i32, {n});
-    slot.positions_part = sp_ ? arena.alloc(DType::i32, {b * sp}) : slot.positions;
-    slot.encoded = arena.alloc(t, {b, sp, c});
-    if (!opts_.has_embedding || opts_.chunks > 1) slot.dinput = arena.alloc(t, {b, sp, c});
-    for (int64_t l = 0; l < opts_.num_layers; ++l) {
-      LayerActs la = recomputed_;
-      switch (opts_.recompute) {
-        case Recompute::none: alloc_layer(la, true); break;
-        case Recompute::full: la.residual3 = arena.alloc(t, {b, sp, c}); break;
-        case Recompute::selective: alloc_layer(la, false); break;  // probs, atty shared
-      }
-      slot.layers.push_back(la);
-    }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    SlotActivations& t = a.slots[i];
+    slot.tokens = t.tokens;
+    slot.targets = t.targets;
+    slot.positions = t.positions;
+    slot.positions_part = t.positions_part;
+    slot.encoded = t.encoded;
+    slot.dinput = t.dinput;
+    slot.layers = std::move(t.layers);
   }
-  if (opts_.has_head) {
-    lnf_ = arena.alloc(t, {b, sp, c});
-    lnf_full_ = full_of(lnf_);
-    lnf_mean_ = arena.alloc(f32, {np});
-    lnf_rstd_ = arena.alloc(f32, {np});
-    logits_ = arena.alloc(t, {n, vocab_local_});
-    ce_max_ = arena.alloc(f32, {n});
-    ce_sumexp_ = arena.alloc(f32, {n});
-    ce_target_ = arena.alloc(f32, {n});
-    losses_ = arena.alloc(f32, {n});
-    loss_record_ = arena.alloc(f32, {opts_.losses_per_read * n});
-  }
-  proj_out_ = arena.alloc(t, {b, s, c});
-  proj_part_ = sp_ ? arena.alloc(t, {b, sp, c}) : proj_out_;
-  emb_full_ = opts_.has_embedding ? (sp_ ? arena.alloc(t, {b, s, c}) : Tensor{}) : Tensor{};
-  dresidual_ = arena.alloc(t, {b, sp, c});
-  dres_full_ = full_of(dresidual_);
-  dln_ = arena.alloc(t, {b, s, c});
-  dln_part_ = sp_ ? arena.alloc(t, {b, sp, c}) : dln_;
-  sp_stage_ = sp_ ? arena.alloc(t, {b * s * c}) : Tensor{};
-  datty_ = arena.alloc(t, {b, s, c_local});
-  dqkv_ = arena.alloc(t, {b, s, 3 * c_local});
-  dfch_ = arena.alloc(t, {b, s, ffn_local_});
-  dfch_gelu_ = arena.alloc(t, {b, s, ffn_local_});
-  dprobs_ = arena.alloc(f32, {b, heads_local_, s, stats_cols});
-  if (lora_) {
-    // The widest map's output (qkv's 3C/tp, fc1's F/tp, proj's and fc2's C) and dx's widest
-    // input (C, F/tp): B's output in the forward, dh A in the backward.
-    lora_scratch_ = arena.alloc(t, {n * std::max({3 * c_local, ffn_local_, c})});
-    lora_dh_ = arena.alloc(t, {n, opts_.lora.rank});
-    // The widest input of a map: C (qkv, fc1), C/tp (proj), F/tp (fc2).
-    if (opts_.lora_dropout > 0) lora_dropped_ = arena.alloc(t, {n * std::max(c, ffn_local_)});
-    frozen_norm_w_ = arena.alloc(f32, {c});
-    frozen_norm_b_ = arena.alloc(f32, {c});
-  }
+  lnf_ = a.lnf, lnf_full_ = a.lnf_full, lnf_mean_ = a.lnf_mean, lnf_rstd_ = a.lnf_rstd;
+  logits_ = a.logits, ce_max_ = a.ce_max, ce_sumexp_ = a.ce_sumexp, ce_target_ = a.ce_target;
+  losses_ = a.losses, loss_record_ = a.loss_record;
+  emb_full_ = a.emb_full, proj_out_ = a.proj_out, proj_part_ = a.proj_part;
+  dresidual_ = a.dresidual, dres_full_ = a.dres_full, dln_ = a.dln, dln_part_ = a.dln_part;
+  sp_stage_ = a.sp_stage, datty_ = a.datty, dqkv_ = a.dqkv, dfch_ = a.dfch;
+  dfch_act_ = a.dfch_act, dprobs_ = a.dprobs;
+  lora_scratch_ = a.lora_scratch, lora_dh_ = a.lora_dh, lora_dropped_ = a.lora_dropped;
+  frozen_norm_w_ = a.frozen_norm_w, frozen_norm_b_ = a.frozen_norm_b;
+  rope_table_ = a.rope_table, sequence_positions_ = a.sequence_positions;
   for (Slot& slot : slots_) {
     for (size_t l = 0; l < slot.layers.size(); ++l) {
       LayerActs& la = slot.layers[l];
@@ -284,13 +286,13 @@ void GptModel::layout_activations(Arena& arena) {
   }
 }
 
-Tensor GptModel::output(int slot) {
+Tensor TransformerStage::output(int slot) {
   Slot& s = slots_[slot];
   return s.layers.empty() ? s.encoded : s.layers.back().residual3;
 }
 
-void GptModel::head_forward(Slot& s, Tensor x) {
-  head_logits_forward(layer_context(), {.wte = wte_, .lnf_w = lnf_w_, .lnf_b = lnf_b_},
+void TransformerStage::head_forward(Slot& s, Tensor x) {
+  head_logits_forward(layer_context(), {.head = head_, .lnf_w = lnf_w_, .lnf_b = lnf_b_},
                       {.lnf = lnf_, .lnf_full = lnf_full_, .lnf_mean = lnf_mean_,
                        .lnf_rstd = lnf_rstd_, .logits = logits_},
                       x, vocab_valid_);
@@ -304,7 +306,7 @@ void GptModel::head_forward(Slot& s, Tensor x) {
   backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_, s.targets);
 }
 
-int64_t GptModel::flat_end(std::initializer_list<int> params) const {
+int64_t TransformerStage::flat_end(std::initializer_list<int> params) const {
   int64_t end = 0;
   for (int p : params) {
     if (p >= 0) end = std::max(end, params_.info(p).flat_offset + params_.info(p).numel());
@@ -312,7 +314,7 @@ int64_t GptModel::flat_end(std::initializer_list<int> params) const {
   return end;
 }
 
-void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets,
+void TransformerStage::forward(int slot, int chunk, const int32_t* tokens, const int32_t* targets,
                        const int32_t* positions) {
   Slot& s = slots_[slot];
   s.chunk = chunk;
@@ -342,30 +344,30 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
     if (weights_needed_) weights_needed_(flat_end(params));
   };
   if (opts_.has_embedding && chunk == 0) {
-    if (!lora_) need({wte_, wpe_});
+    if (!lora_) need({wte_, wpe_});  // wpe_ -1 with RoPE
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
     Tensor full = sp_ ? emb_full_ : s.encoded;
     backend_.token_embedding_fwd(full, s.tokens, params_.weight(wte_), vocab_start_);
     region_.reduce(full, s.encoded);
-    if (s.packed) {
+    if (spec_.learned_positions() && s.packed) {
       backend_.position_embedding_fwd(s.encoded, params_.weight(wpe_), s.positions_part);
-    } else {  // this rank's part of the sequence starts at position tp_rank x S/tp
+    } else if (spec_.learned_positions()) {  // this rank's part starts at tp_rank x S/tp
       backend_.position_embedding_fwd(
           s.encoded, params_.weight(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_));
-    }
+    }  // RoPE: positions enter in each layer's attention
   }
   for (int64_t l = 0; l < opts_.num_layers; ++l) {
     const LayerParams& p = layer_params_[base + l];
     if (weights_needed_) weights_needed_(layer_weights_end(p));
-    transformer_layer_forward(layer_context(), p, causal_, s.layers[l]);
+    transformer_layer_forward(layer_context(rope_positions(s)), p, causal_, s.layers[l]);
   }
   if (!opts_.has_head || chunk != opts_.chunks - 1) return;
-  if (!lora_) need({wte_, lnf_w_, lnf_b_});
+  if (!lora_) need({head_, lnf_w_, lnf_b_});
   backend_.from_host(s.targets, targets);
   head_forward(s, output(slot));
   if (losses_recorded_ == opts_.losses_per_read) {
-    throw std::logic_error(fmt::format("GptModel: more than losses_per_read = {} microbatches "
+    throw std::logic_error(fmt::format("TransformerStage: more than losses_per_read = {} microbatches "
                                        "before take_loss_sum()", opts_.losses_per_read));
   }
   const int64_t n = losses_.numel();
@@ -373,13 +375,13 @@ void GptModel::forward(int slot, int chunk, const int32_t* tokens, const int32_t
   ++losses_recorded_;
 }
 
-void GptModel::begin_run(std::optional<uint64_t> dropout_seed) {
+void TransformerStage::begin_run(std::optional<uint64_t> dropout_seed) {
   dropout_seed_ = dropout_seed;
   forwards_in_run_.assign(static_cast<size_t>(opts_.chunks), 0);
   adapter_.dropout = lora_ && dropout_seed ? opts_.lora_dropout : 0.0f;
 }
 
-double GptModel::take_loss_sum() {
+double TransformerStage::take_loss_sum() {
   if (losses_recorded_ == 0) return 0;
   const int64_t n = losses_.numel();
   backend_.to_host(host_losses_.data(), loss_record_.rows(0, losses_recorded_ * n));
@@ -393,7 +395,7 @@ double GptModel::take_loss_sum() {
   return sum;
 }
 
-void GptModel::take_token_losses(std::vector<float>& out) {
+void TransformerStage::take_token_losses(std::vector<float>& out) {
   if (losses_recorded_ == 0) return;
   const int64_t n = losses_recorded_ * losses_.numel();
   backend_.to_host(host_losses_.data(), loss_record_.rows(0, n));
@@ -401,7 +403,7 @@ void GptModel::take_token_losses(std::vector<float>& out) {
   losses_recorded_ = 0;
 }
 
-void GptModel::lora_backward(LoraTarget target, const LayerParams& p, Tensor dout, Tensor x,
+void TransformerStage::lora_backward(LoraTarget target, const LayerParams& p, Tensor dout, Tensor x,
                              Tensor dx, const LayerActs& a) {
   if (!lora_ || !p.lora.has(target)) return;
   const auto i = static_cast<size_t>(target);
@@ -425,47 +427,71 @@ void GptModel::lora_backward(LoraTarget target, const LayerParams& p, Tensor dou
   backend_.add(dx, dx, share);
 }
 
-void GptModel::block_backward(LayerActs& a, const LayerParams& p) {
+void TransformerStage::norm_backward(Tensor dx, int weight, int bias, Tensor dout, Tensor x, Tensor mean,
+                             Tensor rstd) {
+  if (spec_.norm == Norm::rmsnorm) {
+    backend_.rmsnorm_bwd(dx, norm_grad(weight, frozen_norm_w_), dout, x, params_.weight(weight),
+                         rstd);
+  } else {
+    backend_.layernorm_bwd(dx, norm_grad(weight, frozen_norm_w_), norm_grad(bias, frozen_norm_b_),
+                           dout, x, params_.weight(weight), mean, rstd);
+  }
+}
+
+void TransformerStage::block_backward(LayerActs& a, const LayerParams& p, Tensor rope_positions) {
   auto W = [&](int i) { return params_.weight(i); };
-  auto G = [&](int i) { return params_.grad(i); };  // empty for LoRA's frozen base: no dW
+  // Empty for LoRA's frozen base (no dW) and for a bias the spec has not.
+  auto G = [&](int i) { return i >= 0 ? params_.grad(i) : Tensor{}; };
   Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
-  // MLP: residual3 = residual2 + fc2(gelu(fc1(ln2(residual2))))
+  // MLP: residual3 = residual2 + fc2(act(fc1(ln2(residual2))))
   region_.gather(dres, dres_full_);
-  backend_.linear_bwd(dfch_gelu_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_gelu, W(p.fc2_w));
-  lora_backward(LoraTarget::fc2, p, dres_full_, a.fch_gelu, dfch_gelu_, a);
-  backend_.gelu_bwd(dfch_, dfch_gelu_, a.fch);
-  backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
+  backend_.linear_bwd(dfch_act_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_act, W(p.fc2_w));
+  lora_backward(LoraTarget::fc2, p, dres_full_, a.fch_act, dfch_act_, a);
+  if (spec_.swiglu()) {  // the packed gate and up: one GEMM's gradients
+    backend_.swiglu_bwd(dfch_, dfch_act_, a.fch);
+    const Tensor dw = lora_ ? Tensor{} : params_.joined_grads(p.fc1_w, p.up_w);
+    const Tensor db = lora_ || p.fc1_b < 0 ? Tensor{} : params_.joined_grads(p.fc1_b, p.up_b);
+    backend_.linear_bwd(dln_, dw, db, dfch_, a.ln2_full, params_.joined_weights(p.fc1_w, p.up_w));
+  } else {
+    backend_.gelu_bwd(dfch_, dfch_act_, a.fch);
+    backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
+  }
   lora_backward(LoraTarget::fc1, p, dfch_, a.ln2_full, dln_, a);
   region_.reduce(dln_, dln_part_);  // column-parallel input gradient
-  backend_.layernorm_bwd(dres, norm_grad(p.ln2_w, frozen_norm_w_), norm_grad(p.ln2_b, frozen_norm_b_),
-                         dln_part_, a.residual2, W(p.ln2_w), a.ln2_mean, a.ln2_rstd);
-  // Attention: residual2 = input + proj(attn(qkv(ln1(input))))
+  norm_backward(dres, p.ln2_w, p.ln2_b, dln_part_, a.residual2, a.ln2_mean, a.ln2_rstd);
+  // Attention: residual2 = input + proj(attn(rope?(qkv(ln1(input)))))
   region_.gather(dres, dres_full_);
   backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w));
   lora_backward(LoraTarget::proj, p, dres_full_, a.atty, datty_, a);
-  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs, causal_.positions);
+  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs, causal_.kv_heads,
+                         causal_.positions);
+  if (spec_.rope()) {  // back through the rotation: d(before) = R^T d(after)
+    backend_.rope(dqkv_, rope_table_, rope_positions, spec_.kv_heads_local(), RopeDirection::inverse);
+  }
+  if (spec_.qk_norm) {  // in place: d(qkv_raw) from d(qkv)
+    backend_.qk_norm_bwd(dqkv_, lora_ ? Tensor{} : G(p.q_norm_w), lora_ ? Tensor{} : G(p.k_norm_w),
+                         dqkv_, a.qkv_raw, W(p.q_norm_w), W(p.k_norm_w), a.qk_rstd,
+                         spec_.kv_heads_local());
+  }
   backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
   lora_backward(LoraTarget::qkv, p, dqkv_, a.ln1_full, dln_, a);
   region_.reduce(dln_, dln_part_);
-  backend_.layernorm_bwd(dres, norm_grad(p.ln1_w, frozen_norm_w_), norm_grad(p.ln1_b, frozen_norm_b_),
-                         dln_part_, a.input, W(p.ln1_w), a.ln1_mean, a.ln1_rstd);
+  norm_backward(dres, p.ln1_w, p.ln1_b, dln_part_, a.input, a.ln1_mean, a.ln1_rstd);
 }
 
-void GptModel::head_backward(Slot& s, Tensor x, float loss_scale) {
+void TransformerStage::head_backward(Slot& s, Tensor x, float loss_scale) {
   const int64_t n = opts_.micro_batch * opts_.seq, c = cfg_.d_model;
   // dlogits overwrite the logits in place.
   backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
   backend_.fill_columns(logits_, vocab_valid_, 0.0f);
-  backend_.linear_bwd(dln_.view({n, c}), params_.grad(wte_), Tensor{}, logits_,
-                      lnf_full_.view({n, c}), params_.weight(wte_));
+  backend_.linear_bwd(dln_.view({n, c}), lora_ ? Tensor{} : params_.grad(head_), Tensor{}, logits_,
+                      lnf_full_.view({n, c}), params_.weight(head_));
   region_.reduce(dln_, dln_part_);  // the head is column-parallel over the vocabulary
   backend_.fill(dresidual_, 0.0f);
-  backend_.layernorm_bwd(dresidual_, norm_grad(lnf_w_, frozen_norm_w_),
-                         norm_grad(lnf_b_, frozen_norm_b_), dln_part_, x, params_.weight(lnf_w_),
-                         lnf_mean_, lnf_rstd_);
+  norm_backward(dresidual_, lnf_w_, lnf_b_, dln_part_, x, lnf_mean_, lnf_rstd_);
 }
 
-void GptModel::backward(int slot, int chunk, float loss_scale) {
+void TransformerStage::backward(int slot, int chunk, float loss_scale) {
   Slot& s = slots_[slot];
   causal_.positions = s.packed ? s.positions : Tensor{};
   const int64_t base = chunk * opts_.num_layers;
@@ -489,25 +515,25 @@ void GptModel::backward(int slot, int chunk, float loss_scale) {
     LayerActs& a = s.layers[l];
     if (opts_.recompute == Recompute::full) {
       // Rebuilds the shared tensors (and residual3) with the forward's own layer.
-      transformer_layer_forward(layer_context(), layer_params_[base + l], causal_, a);
+      transformer_layer_forward(layer_context(rope_positions(s)), layer_params_[base + l], causal_, a);
     } else if (opts_.recompute == Recompute::selective) {
       causal_.forward(backend_, a);
     }
-    block_backward(a, layer_params_[base + l]);
+    block_backward(a, layer_params_[base + l], rope_positions(s));
     ready(layer_params_[base + l].ln1_w);  // the layer's first parameter
     if (lora_) adapters_ready(layer_params_[base + l]);
   }
   if (opts_.has_embedding && chunk == 0 && lora_) return;  // the frozen embeddings: nothing to do
   if (opts_.has_embedding && chunk == 0) {
-    if (s.packed) {
+    if (spec_.learned_positions() && s.packed) {
       backend_.position_embedding_bwd(params_.grad(wpe_), dresidual_, s.positions_part);
-    } else {
+    } else if (spec_.learned_positions()) {
       backend_.position_embedding_bwd(
           params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
     }
     region_.gather(dresidual_, dres_full_);
     backend_.token_embedding_bwd(params_.grad(wte_), dres_full_, s.tokens, vocab_start_);
-    ready(wpe_);
+    if (wpe_ >= 0) ready(wpe_);  // RoPE: no position table; the embedding is never reported
   } else {
     backend_.copy(s.dinput, dresidual_);  // sent to the previous stage from here
   }

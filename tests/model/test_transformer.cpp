@@ -9,7 +9,7 @@
 
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
-#include "jumbo/model/gpt.h"
+#include "jumbo/model/transformer.h"
 #include "jumbo/train/optimizer.h"
 
 namespace jumbo {
@@ -49,7 +49,7 @@ struct Fixture {
 
 // Mean loss over the batch's tokens: a run of one microbatch whose LoRA dropout masks (when
 // the model has them) are the same at every call.
-double mean_loss(GptModel& m, const Batch& b) {
+double mean_loss(TransformerStage& m, const Batch& b) {
   m.begin_run(uint64_t{77});
   return m.forward(b.tokens.data(), b.targets.data()) / static_cast<double>(b.tokens.size());
 }
@@ -58,7 +58,7 @@ double mean_loss(GptModel& m, const Batch& b) {
 // differences with eps (3e-3 unless told) on a loss accumulated in double. Tolerance: 2% of the element's
 // gradient + 1e-4 absolute (fp32 forward noise / 2 eps ~ 1e-4). Each difference must exceed
 // `min_fd` (a gradient worth checking). Returns the elements checked.
-int check_largest_gradients(GptModel& model, const ParamStore& store, const std::vector<float>& grad,
+int check_largest_gradients(TransformerStage& model, const ParamStore& store, const std::vector<float>& grad,
                             const Batch& b, int64_t per_tensor, double min_fd, float eps = 3e-3f) {
   float* weights = store.all_weights().as<float>();
   int checked = 0;
@@ -90,10 +90,10 @@ int check_largest_gradients(GptModel& model, const ParamStore& store, const std:
 TEST(Gpt, GradientMatchesCentralFiniteDifferences) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
-  GptOptions o;
+  StageOptions o;
   o.micro_batch = 2;
   o.seq = 8;
-  GptModel model(cfg, o, *f.backend, *f.world);
+  TransformerStage model(cfg, o, *f.backend, *f.world);
   model.initialize(42);
   // Larger weights than the 0.02 init make the loss surface less flat, so FD in fp32 resolves it.
   Tensor all = model.params().all_weights();  // fp32: the master
@@ -134,11 +134,11 @@ TEST(Gpt, GradientMatchesCentralFiniteDifferences) {
 std::vector<double> train_losses(DType dtype, int steps, uint64_t seed) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
-  GptOptions o;
+  StageOptions o;
   o.micro_batch = 2;
   o.seq = 8;
   o.compute_dtype = dtype;
-  GptModel model(cfg, o, *f.backend, *f.world);
+  TransformerStage model(cfg, o, *f.backend, *f.world);
   model.initialize(seed);
   TrainConfig tc;
   tc.weight_decay = 0.1;
@@ -209,10 +209,10 @@ namespace {
 TEST(Gpt, OnlyUnmaskedTargetsMoveTheLossAndPackedSequencesStayApart) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
-  GptOptions o;
+  StageOptions o;
   o.micro_batch = 1;
   o.seq = 8;
-  GptModel model(cfg, o, *f.backend, *f.world);
+  TransformerStage model(cfg, o, *f.backend, *f.world);
   model.initialize(7);
   Batch b = random_batch(8, cfg.vocab, 3);
   const std::vector<int32_t> positions = {0, 1, 2, 0, 1, 2, 3, 4};  // sequences of 3 and 5
@@ -255,7 +255,7 @@ TEST(Gpt, OnlyUnmaskedTargetsMoveTheLossAndPackedSequencesStayApart) {
   EXPECT_NE(all_grads, m_grads);
 
   // The second sequence alone (positions 0..4 at the start of a row) has the same losses.
-  GptModel alone(cfg, {.micro_batch = 1, .seq = 5}, *f.backend, *f.world);
+  TransformerStage alone(cfg, {.micro_batch = 1, .seq = 5}, *f.backend, *f.world);
   alone.initialize(7);
   const std::vector<int32_t> tokens(b.tokens.begin() + 3, b.tokens.end());
   const std::vector<int32_t> targets(b.targets.begin() + 3, b.targets.end());
@@ -276,15 +276,15 @@ namespace {
 // first, so A's gradient is not trivially zero.
 // LoRA rank 3 on every map of tiny_model (micro batch 2 x 8), its adapters moved off their
 // start (B = 0 would hide A's gradient).
-GptOptions lora_options(float dropout) {
-  GptOptions o;
+StageOptions lora_options(float dropout) {
+  StageOptions o;
   o.micro_batch = 2;
   o.seq = 8;
   o.lora = {.rank = 3, .alpha = 6, .targets = LoraTargetSet{}};
   o.lora_dropout = dropout;
   return o;
 }
-void perturb_adapters(GptModel& model) {
+void perturb_adapters(TransformerStage& model) {
   model.initialize(42);
   Tensor all = model.trained_params().all_weights();
   for (int64_t i = 0; i < all.numel(); ++i) {
@@ -295,8 +295,8 @@ void perturb_adapters(GptModel& model) {
 TEST(Gpt, LoraGradientMatchesCentralFiniteDifferences) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
-  const GptOptions o = lora_options(0);
-  GptModel model(cfg, o, *f.backend, *f.world);
+  const StageOptions o = lora_options(0);
+  TransformerStage model(cfg, o, *f.backend, *f.world);
   perturb_adapters(model);
   ASSERT_TRUE(model.lora());
   EXPECT_TRUE(model.params().all_grads().empty()) << "the frozen base holds no gradients";
@@ -315,13 +315,13 @@ TEST(Gpt, LoraGradientMatchesCentralFiniteDifferences) {
 TEST(Gpt, LoraDropoutGradientMatchesCentralFiniteDifferences) {
   Fixture f;
   const ModelConfig cfg = tiny_model();
-  const GptOptions o = lora_options(0.3f);
-  GptModel model(cfg, o, *f.backend, *f.world);
+  const StageOptions o = lora_options(0.3f);
+  TransformerStage model(cfg, o, *f.backend, *f.world);
   perturb_adapters(model);
   const Batch b = random_batch(o.micro_batch * o.seq, cfg.vocab, 5);
   model.begin_run(std::nullopt);
   const double undropped = model.forward(b.tokens.data(), b.targets.data());
-  GptModel reference(cfg, lora_options(0), *f.backend, *f.world);
+  TransformerStage reference(cfg, lora_options(0), *f.backend, *f.world);
   perturb_adapters(reference);
   EXPECT_EQ(undropped, reference.forward(b.tokens.data(), b.targets.data()))
       << "without a dropout seed (evaluation) nothing is dropped";
