@@ -71,7 +71,7 @@ GenerateBenchResult bench_generate(const ModelConfig& model, const GenerateBench
   engine.decoder().params().initialize(backend, 1234);
   // Random adapters (B too: a fresh B of zeros is the same work, but a real adapter's is not).
   const LoraShape lora{.rank = o.lora_rank, .alpha = 2.0 * static_cast<double>(o.lora_rank),
-                       .targets = LoraTargetSet{}};
+                       .targets = every_lora_target(model)};
   const StageOptions stage = plan_stage(model, Layout{}, StepShape{.lora = lora}, GridCoords{}).model;
   for (int64_t k = 0; k < o.adapters; ++k) {
     ParamStore store;

@@ -13,6 +13,73 @@ namespace {
 
 using nlohmann::json;
 
+// The architecture keys (config.h's model components), in the manifest's "model": always
+// written; a manifest without them (before model families) is the GPT block, their defaults.
+void write_architecture(json& j, const ModelConfig& mc) {
+  j["norm"] = to_string(mc.norm);
+  j["norm_eps"] = mc.norm_eps;
+  j["position"] = to_string(mc.position);
+  j["rope_theta"] = mc.rope_theta;
+  j["rope_scaling"] = to_string(mc.rope_scaling);
+  j["rope_factor"] = mc.rope_factor;
+  j["rope_low_freq_factor"] = mc.rope_low_freq_factor;
+  j["rope_high_freq_factor"] = mc.rope_high_freq_factor;
+  j["rope_original_context"] = mc.rope_original_context;
+  j["mlp"] = to_string(mc.mlp);
+  j["kv_heads"] = mc.kv_head_count();
+  j["tied_embeddings"] = mc.tied_embeddings;
+  j["linear_bias"] = mc.linear_bias;
+  j["qkv_bias"] = mc.qkv_bias;
+  j["qk_norm"] = mc.qk_norm;
+}
+
+template <typename E, size_t N>
+void read_choice(const json& mc, const char* key, E& out, const std::string& where) {
+  if (!mc.contains(key)) return;
+  const std::string name = mc.at(key).get<std::string>();
+  for (size_t i = 0; i < N; ++i) {
+    if (name == to_string(static_cast<E>(i))) {
+      out = static_cast<E>(i);
+      return;
+    }
+  }
+  throw UserError(fmt::format("{}: model.{} = \"{}\": not a value this build knows", where, key, name));
+}
+
+template <typename T>
+void read_optional(const json& mc, const char* key, T& out) {
+  if (mc.contains(key)) out = mc.at(key).get<T>();
+}
+
+void read_architecture(const json& mc, ModelConfig& m, const std::string& where) {
+  read_choice<Norm, 2>(mc, "norm", m.norm, where);
+  read_optional(mc, "norm_eps", m.norm_eps);
+  read_choice<PositionEncoding, 2>(mc, "position", m.position, where);
+  read_optional(mc, "rope_theta", m.rope_theta);
+  read_choice<RopeScaling, 2>(mc, "rope_scaling", m.rope_scaling, where);
+  read_optional(mc, "rope_factor", m.rope_factor);
+  read_optional(mc, "rope_low_freq_factor", m.rope_low_freq_factor);
+  read_optional(mc, "rope_high_freq_factor", m.rope_high_freq_factor);
+  read_optional(mc, "rope_original_context", m.rope_original_context);
+  read_choice<Mlp, 2>(mc, "mlp", m.mlp, where);
+  read_optional(mc, "kv_heads", m.kv_heads);
+  read_optional(mc, "tied_embeddings", m.tied_embeddings);
+  read_optional(mc, "linear_bias", m.linear_bias);
+  read_optional(mc, "qkv_bias", m.qkv_bias);
+  read_optional(mc, "qk_norm", m.qk_norm);
+}
+
+// The architecture keys as one line ("norm rmsnorm, position rope, ..."), for a mismatch.
+std::string architecture_line(const ModelConfig& m) {
+  return fmt::format("norm {} (eps {}), position {} (theta {}, scaling {}), mlp {}, kv_heads {}, "
+                     "tied_embeddings {}, linear_bias {}, qkv_bias {}, qk_norm {}",
+                     to_string(m.norm), m.norm_eps, to_string(m.position), m.rope_theta,
+                     to_string(m.rope_scaling), to_string(m.mlp), m.kv_head_count(),
+                     m.tied_embeddings, m.linear_bias, m.qkv_bias, m.qk_norm);
+}
+
+using nlohmann::json;
+
 json piece_json(const TensorPiece& p) {
   json j = {{"offset", p.offset}, {"shape", p.shape}, {"flat_range", {p.flat_begin, p.flat_end}}};
   return j;
@@ -96,6 +163,7 @@ std::string manifest_to_json(const Manifest& m) {
   j["model"] = {{"name", mc.name},       {"layers", mc.layers}, {"d_model", mc.d_model},
                 {"heads", mc.heads},     {"ffn", mc.ffn_dim()}, {"vocab", mc.vocab},
                 {"context", mc.context}, {"vocab_multiple", mc.vocab_multiple}};
+  write_architecture(j["model"], mc);
   const Layout& l = m.layout;
   j["layout"] = {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero1", l.zero1_active()},
                  {"virtual_stages", l.virtual_stages}, {"stage_layers", l.stage_layers},
@@ -167,6 +235,7 @@ Manifest parse_manifest(const std::string& text, const std::string& where) {
     m.model.vocab = mc.at("vocab").get<int64_t>();
     m.model.context = mc.at("context").get<int64_t>();
     m.model.vocab_multiple = mc.at("vocab_multiple").get<int64_t>();
+    read_architecture(mc, m.model, where);
     const json& l = j.at("layout");
     m.layout.tp = l.at("tp").get<int64_t>();
     m.layout.pp = l.at("pp").get<int64_t>();
@@ -248,6 +317,12 @@ void check_manifest_model(const Manifest& m, const ModelConfig& run, const std::
                                   "checkpoint loads only into the model it was saved from",
                                   where, key, values.first, run_source, values.second));
     }
+  }
+  const std::string saved = architecture_line(m.model), wanted = architecture_line(run);
+  if (saved != wanted) {
+    throw UserError(fmt::format("{}: the checkpoint's block is {}, but {} says {}: a checkpoint "
+                                "loads only into the model it was saved from",
+                                where, saved, run_source, wanted));
   }
 }
 

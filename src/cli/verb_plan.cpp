@@ -66,6 +66,7 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
     std::string data_bytes, fs_capacity, save_target = "600";
     FineTune fine_tune = FineTune::none;
     LoraPlan lora;
+    std::string lora_targets = "all";  // resolved on the model (every_lora_target)
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -123,12 +124,13 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
   auto* lora_targets = cmd->add_option_function<std::string>(
       "--lora-targets",
       [args](const std::string& text) {
-        const std::optional<LoraTargetSet> targets = parse_lora_targets(text);
-        if (!targets) throw flag_error("--lora-targets", text, kLoraTargetChoices);
-        args->lora.targets = *targets;
+        if (text != "all" && !parse_lora_targets(text)) {
+          throw flag_error("--lora-targets", text, kLoraTargetChoices);
+        }
+        args->lora_targets = text;
       },
       "the maps of every layer that carry an adapter (--finetune lora)");
-  lora_targets->default_str("qkv,proj,fc1,fc2");
+  lora_targets->default_str("all");
   cmd->add_flag("--storage", args->storage,
                 "print only the storage of the recommended layout as key=value lines "
                 "(for parallelcluster/render.sh)");
@@ -197,6 +199,11 @@ void add_plan_verb(CLI::App& app, VerbRunner& run) {
       r.target.precision = args->precision;
       r.target.fine_tune = args->fine_tune;
       r.target.lora = args->lora;
+      r.target.lora.targets = *parse_lora_targets(args->lora_targets, r.model);
+      if (const std::string problem = lora_targets_problem(r.target.lora.targets, r.model);
+          !problem.empty()) {
+        throw UserError(fmt::format("--lora-targets {}: {}", args->lora_targets, problem));
+      }
       if (!args->tokens.empty()) {
         r.tokens = parse_number(args->tokens);
         if (!(r.tokens > 0))

@@ -68,6 +68,11 @@ const char* to_string(LoraTarget t) {
     case LoraTarget::proj: return "proj";
     case LoraTarget::fc1: return "fc1";
     case LoraTarget::fc2: return "fc2";
+    case LoraTarget::q: return "q";
+    case LoraTarget::k: return "k";
+    case LoraTarget::v: return "v";
+    case LoraTarget::gate: return "gate";
+    case LoraTarget::up: return "up";
   }
   return "?";
 }
@@ -96,6 +101,46 @@ std::optional<LoraTargetSet> parse_lora_targets(std::string_view list) {
   }
 }
 
+std::optional<LoraTargetSet> parse_lora_targets(std::string_view list, const ModelConfig& model) {
+  if (list == "all") return every_lora_target(model);
+  return parse_lora_targets(list);
+}
+
+LoraTargetSet every_lora_target(const ModelConfig& model) {
+  static constexpr LoraTarget gelu[] = {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc1,
+                                        LoraTarget::fc2};
+  static constexpr LoraTarget swiglu[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,
+                                          LoraTarget::proj, LoraTarget::gate, LoraTarget::up,
+                                          LoraTarget::fc2};
+  LoraTargetSet set = LoraTargetSet::none();
+  if (model.mlp == Mlp::swiglu) {
+    for (LoraTarget t : swiglu) set.add(t);
+  } else {
+    for (LoraTarget t : gelu) set.add(t);
+  }
+  return set;
+}
+
+LoraTargetSet adaptable_lora_targets(const ModelConfig& model) {
+  LoraTargetSet set = every_lora_target(model);
+  for (LoraTarget t : {LoraTarget::qkv, LoraTarget::q, LoraTarget::k, LoraTarget::v}) set.add(t);
+  return set;
+}
+
+std::string lora_targets_problem(LoraTargetSet targets, const ModelConfig& model) {
+  if (model.mlp == Mlp::swiglu && targets.has(LoraTarget::fc1)) {
+    return "fc1 with model.mlp = \"swiglu\": expected gate and up (SwiGLU's two up maps)";
+  }
+  if (model.mlp == Mlp::gelu && (targets.has(LoraTarget::gate) || targets.has(LoraTarget::up))) {
+    return "gate or up with model.mlp = \"gelu\": expected fc1 (a GELU MLP has one up map)";
+  }
+  if (targets.has(LoraTarget::qkv) &&
+      (targets.has(LoraTarget::q) || targets.has(LoraTarget::k) || targets.has(LoraTarget::v))) {
+    return "qkv with q, k or v: expected the whole map or its parts, not both";
+  }
+  return "";
+}
+
 std::string describe(LoraTargetSet targets) {
   std::string out;
   for (LoraTarget t : kLoraTargets)
@@ -103,9 +148,10 @@ std::string describe(LoraTargetSet targets) {
   return out;
 }
 
-LoraShape FinetuneConfig::lora() const {
+LoraShape FinetuneConfig::lora(const ModelConfig& model) const {
   if (method != FineTune::lora) return {};
-  return {lora_rank, lora_alpha, parse_lora_targets(lora_targets).value_or(LoraTargetSet{})};
+  return {lora_rank, lora_alpha,
+          parse_lora_targets(lora_targets, model).value_or(every_lora_target(model))};
 }
 
 }  // namespace jumbo

@@ -339,15 +339,11 @@ void check_finetune(const Checks& c, const RunConfig& cfg) {
             "finetune.lora_rank = {}: expected 1 .. model.d_model = {}", f.lora_rank,
             cfg.model.d_model);
   c.require(f.lora_alpha > 0, "finetune.lora_alpha = {}: expected > 0", f.lora_alpha);
-  const std::optional<LoraTargetSet> targets = parse_lora_targets(f.lora_targets);
+  const std::optional<LoraTargetSet> targets = parse_lora_targets(f.lora_targets, cfg.model);
   c.require(targets.has_value(), "finetune.lora_targets = \"{}\": expected {}",
             f.lora_targets, kLoraTargetChoices);
-  // SwiGLU's gate and up maps are two column-parallel maps packed as one: an adapter over both
-  // would not split by tp as one tensor (each rank holds a slice of each), so none is built.
-  c.require(cfg.model.mlp != Mlp::swiglu || !targets->has(LoraTarget::fc1),
-            "finetune.lora_targets = \"{}\" with model.mlp = \"swiglu\": expected no fc1 "
-            "(adapters on SwiGLU's gate and up maps are not built; qkv, proj and fc2 are)",
-            f.lora_targets);
+  const std::string problem = lora_targets_problem(*targets, cfg.model);
+  c.require(problem.empty(), "finetune.lora_targets = \"{}\": {}", f.lora_targets, problem);
   c.require(!cfg.train.init_from.empty() || cfg.checkpoint.resume != "none",
             "finetune.method = \"lora\" but train.init_from is empty: LoRA trains adapters on "
             "a trained model's weights (set train.init_from to its checkpoint)");

@@ -217,6 +217,17 @@ HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& 
                                 "for the GPT-2 files", opts.out_dir));
   }
   const Manifest& m = ckpt.manifest;
+  const ModelConfig gpt;  // GPT-2's block: the model keys' defaults
+  if (m.model.norm != gpt.norm || m.model.position != gpt.position || m.model.mlp != gpt.mlp ||
+      m.model.kv_head_count() != m.model.heads || !m.model.tied_embeddings ||
+      !m.model.linear_bias || m.model.qk_norm) {
+    throw UserError(fmt::format(
+        "{}: --format hf-gpt2 writes GPT-2's block (layernorm, learned positions, gelu, tied, "
+        "biases, kv_heads = heads); this checkpoint's model has norm {}, position {}, mlp {}, "
+        "kv_heads {}, tied_embeddings {}",
+        ckpt.storage->url(ckpt.dir), to_string(m.model.norm), to_string(m.model.position),
+        to_string(m.model.mlp), m.model.kv_head_count(), m.model.tied_embeddings));
+  }
   const std::vector<SafetensorsTensor> mappings = hf_gpt2_tensors(m.model);
   check_tensors(ckpt, mappings);
   const TokenizerFiles tok = load_tokenizer(m, opts.tokenizer);

@@ -9,6 +9,7 @@
 #include "jumbo/ckpt/resolve.h"
 #include "jumbo/infer/whole_checkpoint.h"
 #include "jumbo/model/lora.h"
+#include "jumbo/model/spec.h"
 #include "jumbo/parallel/stage_plan.h"
 #include "jumbo/plan/storage.h"
 
@@ -75,12 +76,18 @@ LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& ou
       float* w = weights.tensor(lora_base_name(layer, t), out, in);
       const float* a = adapters.tensor(lora_param_name(layer, t, false), r, in2);
       const float* b = adapters.tensor(lora_param_name(layer, t, true), out2, r2);
-      if (in2 != in || out2 != out || r2 != r) throw std::logic_error("merge_lora: shapes");
+      // q, k and v adapt their rows of the grouped q/k/v weight (tp 1: the whole model's).
+      const bool qkv_part = t == LoraTarget::q || t == LoraTarget::k || t == LoraTarget::v;
+      const ColumnBlocks part = qkv_part ? lora_output_blocks(model_spec(am.model), t) : ColumnBlocks{};
+      if (in2 != in || r2 != r || (part.block == 0 ? out2 != out : out2 % part.block != 0)) {
+        throw std::logic_error("merge_lora: shapes");
+      }
 #pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < out; ++o) {
+      for (int64_t o = 0; o < out2; ++o) {
+        const int64_t row = part.block == 0 ? o : part.first + o / part.block * part.period + o % part.block;
         for (int64_t k = 0; k < r; ++k) {
           const float bk = scale * b[o * r + k];
-          for (int64_t i = 0; i < in; ++i) w[o * in + i] += bk * a[k * in + i];
+          for (int64_t i = 0; i < in; ++i) w[row * in + i] += bk * a[k * in + i];
         }
       }
       ++stats.merged_maps;

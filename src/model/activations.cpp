@@ -108,6 +108,17 @@ StageActivations layout_stage_activations(Arena& arena, const ModelConfig& cfg,
     // F/tp): B's output in the forward, dh A in the backward.
     a.lora_scratch = arena.alloc(t, {n * std::max({qkv_local, up_local, ffn_local, c})});
     a.lora_dh = arena.alloc(t, {n, opts.lora.rank});
+    int64_t part = 0;  // the widest adapted part of a packed output
+    for (LoraTarget target : kLoraTargets) {
+      if (!opts.lora.targets.has(target)) continue;
+      if (lora_output_blocks(spec, target).block == 0) continue;
+      const int64_t width = target == LoraTarget::q ? spec.heads_local() * spec.head_dim
+                            : target == LoraTarget::k || target == LoraTarget::v
+                                ? spec.kv_heads_local() * spec.head_dim
+                                : spec.ffn_local();
+      part = std::max(part, width);
+    }
+    if (part > 0) a.lora_dout = arena.alloc(t, {n * part});
     // The widest input of a map: C (qkv, fc1), attention's width / tp (proj), F/tp (fc2).
     if (opts.lora_dropout > 0) {
       a.lora_dropped = arena.alloc(t, {n * std::max({c, attn_local, ffn_local})});

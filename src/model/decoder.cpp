@@ -113,16 +113,18 @@ void TransformerDecoder::layout_step(Arena& arena) {
 
 StageOptions TransformerDecoder::pool_options() const {
   StageOptions pool = opts_;
-  pool.lora = {.rank = shape_.max_lora_rank, .alpha = 1, .targets = LoraTargetSet{}};
+  pool.lora = {.rank = shape_.max_lora_rank, .alpha = 1, .targets = adaptable_lora_targets(cfg_)};
   return pool;
 }
 
 void TransformerDecoder::set_adapter(int32_t slot, const ParamStore& adapter, const LoraShape& lora) {
   if (slot < 0 || slot >= shape_.adapter_slots || lora.rank < 1 ||
-      lora.rank > shape_.max_lora_rank) {
-    throw std::logic_error(fmt::format("TransformerDecoder: adapter slot {} of {}, rank {} of at most {}",
-                                       slot, shape_.adapter_slots, lora.rank,
-                                       shape_.max_lora_rank));
+      lora.rank > shape_.max_lora_rank ||
+      (lora.targets.bits & ~adaptable_lora_targets(cfg_).bits) != 0) {
+    throw std::logic_error(fmt::format(
+        "TransformerDecoder: adapter slot {} of {}, rank {} of at most {}, maps {} within {}", slot,
+        shape_.adapter_slots, lora.rank, shape_.max_lora_rank, describe(lora.targets),
+        describe(adaptable_lora_targets(cfg_))));
   }
   StageOptions own = opts_;
   own.lora = lora;
@@ -242,7 +244,7 @@ void TransformerDecoder::forward(std::span<const DecodeRow> rows, std::span<cons
   if (shape_.adapter_slots > 0) {
     group_adapter_rows(rows, sampled);
     layer.lora_rows = row_runs_;
-    layer.lora_h = {lora_h_, lora_h_, lora_h_, lora_h_};  // each map's h is used at once
+    layer.lora_h.fill(lora_h_);  // each map's h is used at once
     layer.lora_scratch = lora_scratch_;
   }
   for (size_t l = 0; l < ix_.layers.size(); ++l) {

@@ -92,6 +92,11 @@ LoraLayerShard lora_layer_adapters(const ModelConfig& m, int64_t rank, LoraTarge
     s.replicated += out * rank;
   };
   if (targets.has(LoraTarget::qkv)) column(h, spec.qkv_width());
+  if (targets.has(LoraTarget::q)) column(h, spec.heads * spec.head_dim);
+  if (targets.has(LoraTarget::k)) column(h, spec.kv_heads * spec.head_dim);
+  if (targets.has(LoraTarget::v)) column(h, spec.kv_heads * spec.head_dim);
+  if (targets.has(LoraTarget::gate)) column(h, f);
+  if (targets.has(LoraTarget::up)) column(h, f);
   if (targets.has(LoraTarget::proj)) row(spec.attn_width(), h);
   if (targets.has(LoraTarget::fc1)) column(h, spec.up_width());
   if (targets.has(LoraTarget::fc2)) row(f, h);

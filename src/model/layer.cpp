@@ -99,6 +99,19 @@ DropoutMask lora_dropout_mask(const LoraAdapter& adapter, uint64_t layer_seed, L
           .cols_total = row_parallel ? tp.size() * in_local : in_local};
 }
 
+ColumnBlocks lora_output_blocks(const ModelSpec& spec, LoraTarget target) {
+  const int64_t d = spec.head_dim, r = spec.heads / spec.kv_heads, period = (r + 2) * d;
+  const int64_t f = spec.ffn_local();
+  switch (target) {
+    case LoraTarget::q: return {.block = r * d, .first = 0, .period = period};
+    case LoraTarget::k: return {.block = d, .first = r * d, .period = period};
+    case LoraTarget::v: return {.block = d, .first = (r + 1) * d, .period = period};
+    case LoraTarget::gate: return {.block = f, .first = 0, .period = f};
+    case LoraTarget::up: return {.block = f, .first = f, .period = f};
+    default: return {};
+  }
+}
+
 void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
                   const LoraLayerParams& p, Tensor x, Tensor out, Tensor h) {
   const auto i = static_cast<size_t>(target);
@@ -125,7 +138,11 @@ void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget tar
     const Tensor added = leading(t.lora_scratch, n, b.dim(0));
     be.linear_fwd(added, hr, b, Tensor{});
     const Tensor target_rows = outm.rows(range.begin, n);
-    be.add(target_rows, target_rows, added);
+    if (const ColumnBlocks part = lora_output_blocks(ctx.spec, target); part.block > 0) {
+      be.add_to_column_blocks(target_rows, added, part);  // its part of a packed output
+    } else {
+      be.add(target_rows, target_rows, added);
+    }
   }
 }
 
@@ -150,7 +167,9 @@ void transformer_layer_forward(const LayerContext& ctx, const LayerParams& p,
   // With qk-norm the map writes qkv_raw, and the norm of its q and k heads qkv.
   const Tensor qkv_out = ctx.spec.qk_norm ? t.qkv_raw : t.qkv;
   be.linear_fwd(qkv_out, t.ln1_full, W(p.qkv_w), W(p.qkv_b));
-  lora_forward(ctx, t, LoraTarget::qkv, p.lora, t.ln1_full, qkv_out, t.lora_h[0]);
+  for (LoraTarget map : {LoraTarget::qkv, LoraTarget::q, LoraTarget::k, LoraTarget::v}) {
+    lora_forward(ctx, t, map, p.lora, t.ln1_full, qkv_out, t.lora_h[static_cast<size_t>(map)]);
+  }
   if (ctx.spec.qk_norm) {
     be.qk_norm_fwd(t.qkv, t.qk_rstd, t.qkv_raw, W(p.q_norm_w), W(p.k_norm_w),
                    ctx.spec.kv_heads_local(), ctx.spec.norm_eps);
@@ -161,7 +180,8 @@ void transformer_layer_forward(const LayerContext& ctx, const LayerParams& p,
   }
   if (!attention.forward(be, t)) return;
   be.linear_fwd(t.proj_full, t.atty, W(p.proj_w), tp.row_parallel_bias(W(p.proj_b)));
-  lora_forward(ctx, t, LoraTarget::proj, p.lora, t.atty, t.proj_full, t.lora_h[1]);
+  lora_forward(ctx, t, LoraTarget::proj, p.lora, t.atty, t.proj_full,
+               t.lora_h[static_cast<size_t>(LoraTarget::proj)]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual2, t.input, t.proj_part);
   // MLP: residual3 = residual2 + fc2(act(fc1(ln2(residual2))))
@@ -170,21 +190,25 @@ void transformer_layer_forward(const LayerContext& ctx, const LayerParams& p,
   if (ctx.spec.swiglu()) {  // gate and up in one GEMM over the packed pair
     const Tensor bias = p.fc1_b >= 0 ? ctx.params.joined_weights(p.fc1_b, p.up_b) : Tensor{};
     be.linear_fwd(t.fch, t.ln2_full, ctx.params.joined_weights(p.fc1_w, p.up_w), bias);
-    lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch, t.lora_h[2]);
+    for (LoraTarget map : {LoraTarget::gate, LoraTarget::up}) {
+      lora_forward(ctx, t, map, p.lora, t.ln2_full, t.fch, t.lora_h[static_cast<size_t>(map)]);
+    }
     be.swiglu_fwd(t.fch_act, t.fch);
   } else {
     bool fc1_adapted = false;  // the adapter joins before the GELU
     for (const LoraRows& range : t.lora_rows) fc1_adapted |= range.adapter->targets.has(LoraTarget::fc1);
     if (fc1_adapted && p.lora.has(LoraTarget::fc1)) {
       be.linear_fwd(t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
-      lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch, t.lora_h[2]);
+      lora_forward(ctx, t, LoraTarget::fc1, p.lora, t.ln2_full, t.fch,
+                   t.lora_h[static_cast<size_t>(LoraTarget::fc1)]);
       be.gelu_fwd(t.fch_act, t.fch);
     } else {
       be.linear_gelu_fwd(t.fch_act, t.fch, t.ln2_full, W(p.fc1_w), W(p.fc1_b));
     }
   }
   be.linear_fwd(t.proj_full, t.fch_act, W(p.fc2_w), tp.row_parallel_bias(W(p.fc2_b)));
-  lora_forward(ctx, t, LoraTarget::fc2, p.lora, t.fch_act, t.proj_full, t.lora_h[3]);
+  lora_forward(ctx, t, LoraTarget::fc2, p.lora, t.fch_act, t.proj_full,
+               t.lora_h[static_cast<size_t>(LoraTarget::fc2)]);
   tp.reduce(t.proj_full, t.proj_part);
   be.add(t.residual3, t.residual2, t.proj_part);
 }

@@ -22,18 +22,39 @@ const char* map_name(LoraTarget t) {
     case LoraTarget::proj: return "attn.proj";
     case LoraTarget::fc1: return "mlp.fc1";
     case LoraTarget::fc2: return "mlp.fc2";
+    case LoraTarget::q: return "attn.q";
+    case LoraTarget::k: return "attn.k";
+    case LoraTarget::v: return "attn.v";
+    case LoraTarget::gate: return "mlp.gate";
+    case LoraTarget::up: return "mlp.up";
   }
   return "?";
 }
 
 }  // namespace
 
+int64_t lora_output_width(const ModelSpec& m, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::qkv: return m.qkv_width();
+    case LoraTarget::q: return m.heads * m.head_dim;
+    case LoraTarget::k:
+    case LoraTarget::v: return m.kv_heads * m.head_dim;
+    case LoraTarget::fc1: return m.up_width();
+    case LoraTarget::gate:
+    case LoraTarget::up: return m.ffn;
+    case LoraTarget::proj:
+    case LoraTarget::fc2: return m.d_model;
+  }
+  return 0;
+}
+
 std::string lora_param_name(int64_t layer, LoraTarget target, bool b_matrix) {
   return fmt::format("layers.{}.{}.lora_{}", layer, map_name(target), b_matrix ? "b" : "a");
 }
 
 std::string lora_base_name(int64_t layer, LoraTarget target) {
-  return fmt::format("layers.{}.{}.weight", layer, map_name(target));
+  const bool qkv_part = target == LoraTarget::q || target == LoraTarget::k || target == LoraTarget::v;
+  return fmt::format("layers.{}.{}.weight", layer, qkv_part ? "attn.qkv" : map_name(target));
 }
 
 std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const StageOptions& opts,
@@ -51,9 +72,7 @@ std::vector<ParamInfo> lora_stage_params(const ModelConfig& cfg, const StageOpti
         if (!lora.targets.has(t)) continue;
         const bool row_parallel = t == LoraTarget::proj || t == LoraTarget::fc2;
         const int64_t in = t == LoraTarget::fc2 ? f : t == LoraTarget::proj ? m.attn_width() : c;
-        const int64_t outs = t == LoraTarget::qkv   ? m.qkv_width()
-                             : t == LoraTarget::fc1 ? m.up_width()
-                                                    : c;
+        const int64_t outs = lora_output_width(m, t);
         const float a_std = 1.0f / std::sqrt(static_cast<float>(in));
         if (row_parallel) {  // A by input columns, B whole
           const int64_t in_local = in / tp_size;

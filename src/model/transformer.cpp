@@ -271,6 +271,7 @@ void TransformerStage::layout_activations(Arena& arena) {
   lora_scratch_ = a.lora_scratch, lora_dh_ = a.lora_dh, lora_dropped_ = a.lora_dropped;
   frozen_norm_w_ = a.frozen_norm_w, frozen_norm_b_ = a.frozen_norm_b;
   rope_table_ = a.rope_table, sequence_positions_ = a.sequence_positions;
+  lora_dout_ = a.lora_dout;
   for (Slot& slot : slots_) {
     for (size_t l = 0; l < slot.layers.size(); ++l) {
       LayerActs& la = slot.layers[l];
@@ -408,6 +409,13 @@ void TransformerStage::lora_backward(LoraTarget target, const LayerParams& p, Te
   if (!lora_ || !p.lora.has(target)) return;
   const auto i = static_cast<size_t>(target);
   const int a_ix = p.lora.a[i], b_ix = p.lora.b[i];
+  if (const ColumnBlocks part = lora_output_blocks(spec_, target); part.block > 0) {
+    // The map's part of its packed output's gradient, contiguous: what B's products read.
+    const int64_t rows = dout.numel() / dout.dim(-1), width = adapters_.info(b_ix).slice.shape[0];
+    const Tensor narrow = lora_dout_.rows(0, rows * width).view({rows, width});
+    backend_.copy_from_column_blocks(narrow, dout.view({rows, dout.dim(-1)}), part);
+    dout = narrow;
+  }
   // dh = dout B, dB += dout^T h (h already holds scale x (x A^T)); then the scale's share.
   backend_.linear_bwd(lora_dh_, adapters_.grad(b_ix), Tensor{}, dout, a.lora_h[i],
                       adapters_.weight(b_ix));
@@ -456,7 +464,9 @@ void TransformerStage::block_backward(LayerActs& a, const LayerParams& p, Tensor
     backend_.gelu_bwd(dfch_, dfch_act_, a.fch);
     backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
   }
-  lora_backward(LoraTarget::fc1, p, dfch_, a.ln2_full, dln_, a);
+  for (LoraTarget map : {LoraTarget::fc1, LoraTarget::gate, LoraTarget::up}) {
+    lora_backward(map, p, dfch_, a.ln2_full, dln_, a);
+  }
   region_.reduce(dln_, dln_part_);  // column-parallel input gradient
   norm_backward(dres, p.ln2_w, p.ln2_b, dln_part_, a.residual2, a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(rope?(qkv(ln1(input)))))
@@ -474,7 +484,9 @@ void TransformerStage::block_backward(LayerActs& a, const LayerParams& p, Tensor
                          spec_.kv_heads_local());
   }
   backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
-  lora_backward(LoraTarget::qkv, p, dqkv_, a.ln1_full, dln_, a);
+  for (LoraTarget map : {LoraTarget::qkv, LoraTarget::q, LoraTarget::k, LoraTarget::v}) {
+    lora_backward(map, p, dqkv_, a.ln1_full, dln_, a);
+  }
   region_.reduce(dln_, dln_part_);
   norm_backward(dres, p.ln1_w, p.ln1_b, dln_part_, a.input, a.ln1_mean, a.ln1_rstd);
 }

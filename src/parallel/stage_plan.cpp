@@ -56,7 +56,7 @@ StepShape step_shape_of(const RunConfig& cfg) {
   s.seq = cfg.model.context;
   s.precision = cfg.train.precision;
   s.eval_microbatches = cfg.train.eval_every > 0 ? cfg.train.eval_batches / cfg.parallel.dp : 0;
-  s.lora = cfg.finetune.lora();
+  s.lora = cfg.finetune.lora(cfg.model);
   s.lora_dropout = static_cast<float>(cfg.finetune.lora_dropout);
   return s;
 }

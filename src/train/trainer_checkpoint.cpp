@@ -78,7 +78,7 @@ bool Trainer::save_checkpoint(double lr, int64_t batch) {
   header.tokenizer = cfg_.data.tokenizer;
   header.chat_template = data_->chat_template_text();
   header.init_from = init_from_;
-  header.lora = cfg_.finetune.lora();
+  header.lora = cfg_.finetune.lora(cfg_.model);
   p.anomalies = anomalies_.progress();
   const bool writer = writes_checkpoint();
   checkpointer_->save(header, writer ? checkpoint_pieces(StateUse::save) : std::vector<PieceData>{},
@@ -91,7 +91,7 @@ void Trainer::check_checkpoint_room_at_start() {
   // Only rank 0 measures and compares; the size walks every writer's stage plan.
   if (world_->rank() == 0) {
     checkpointer_->set_expected_bytes(
-        checkpoint_size(cfg_.model, cfg_.parallel, cfg_.finetune.lora()).total());
+        checkpoint_size(cfg_.model, cfg_.parallel, cfg_.finetune.lora(cfg_.model)).total());
   }
   const Checkpointer::Room room = checkpointer_->check_room();
   if (!room.enough) {
@@ -143,7 +143,7 @@ void Trainer::init_from_checkpoint() {
     print(fmt::format("init_from: the frozen base {} (step {}, fingerprint {}); LoRA rank {} on "
                       "{}, {} adapter parameters on this rank", init_from_.from, init_from_.step,
                       init_from_.fingerprint, cfg_.finetune.lora_rank,
-                      describe(cfg_.finetune.lora().targets),
+                      describe(cfg_.finetune.lora(cfg_.model).targets),
                       stage_->model().trained_params().total_numel()));
     return;
   }

@@ -57,8 +57,9 @@ expect_error unknown-norm "model.norm" "\"batchnorm\"" "\"layernorm\" or \"rmsno
 expect_error unknown-mlp "model.mlp" "\"relu\"" "\"gelu\" or \"swiglu\"" -- train --set model.mlp=relu
 expect_error odd-rope-head "model.position = \"rope\"" "head size of 15" -- \
   train --set model.d_model=60 --set model.position=rope
-expect_error lora-on-swiglu-gate "finetune.lora_targets" "swiglu" "fc1" -- \
-  train "${llama[@]}" --set finetune.method=lora --set train.init_from=/nonexistent
+expect_error lora-fc1-on-swiglu "finetune.lora_targets = \"qkv,proj,fc1,fc2\"" "swiglu" "gate and up" -- \
+  train "${llama[@]}" --set finetune.method=lora --set finetune.lora_targets=qkv,proj,fc1,fc2 \
+  --set train.init_from=/nonexistent
 expect_error malformed-set "trainlr" -- train --set trainlr
 expect_error missing-config "nope.toml" -- train --config "$tmp/nope.toml"
 expect_error missing-tokenizer "$tmp/none.model" -- \

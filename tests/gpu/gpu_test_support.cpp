@@ -40,7 +40,8 @@ constexpr std::string_view kOps[] = {
     "position_embedding_bwd", "layernorm_fwd", "layernorm_bwd", "linear_fwd", "linear_bwd",
     "linear_gelu_fwd", "rmsnorm_fwd", "rmsnorm_bwd", "qk_norm_fwd", "qk_norm_bwd",
     "attention_fwd", "attention_bwd", "attention_kv_cache", "rope", "swiglu_fwd", "swiglu_bwd",
-    "gelu_fwd", "gelu_bwd", "scale", "add", "dropout", "ce_local_max", "ce_local_sumexp",
+    "gelu_fwd", "gelu_bwd", "scale", "add", "add_to_column_blocks", "copy_from_column_blocks",
+    "dropout", "ce_local_max", "ce_local_sumexp",
     "ce_target_logit", "ce_loss", "ce_bwd", "fill_columns", "adamw", "sum_squares"};
 
 std::vector<std::string> words(const std::string& s) {

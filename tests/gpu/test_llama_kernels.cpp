@@ -328,5 +328,38 @@ TEST(GpuSwiglu, MatchesCpu) {
   }
 }
 
+// ---------------------------------------------------------------- column blocks (LoRA parts)
+
+// A LoRA adapter's part of a packed output: q, k, v of grouped q/k/v rows (G 2, R 3, D 16)
+// and SwiGLU's up half; added in, and read back out.
+TEST(GpuColumnBlocks, MatchCpu) {
+  JUMBO_REQUIRE_GPU();
+  DualBench b;
+  const int64_t n = 37, d = 16, r = 3, g = 2, wide = g * (r + 2) * d, f = 40;
+  const struct {
+    const char* what;
+    ColumnBlocks at;
+    int64_t narrow, width;
+  } parts[] = {{"q", {r * d, 0, (r + 2) * d}, g * r * d, wide},
+               {"k", {d, r * d, (r + 2) * d}, g * d, wide},
+               {"v", {d, (r + 1) * d, (r + 2) * d}, g * d, wide},
+               {"up", {f, f, f}, f, 2 * f}};
+  for (DType dt : kFloatTypes) {
+    for (const auto& p : parts) {
+      const std::string what = std::string(p.what) + " " + to_string(dt);
+      SCOPED_TRACE(what);
+      const Pair w = b.upload(dt, {n, p.width}, random_normal(n * p.width, 1.0, 91));
+      const Pair x = b.upload(dt, {n, p.narrow}, random_normal(n * p.narrow, 1.0, 92));
+      b.cpu().add_to_column_blocks(w.cpu, x.cpu, p.at);
+      b.gpu().add_to_column_blocks(w.gpu, x.gpu, p.at);
+      EXPECT_TRUE(b.same(w, tolerance_for(dt), "add_to_column_blocks " + what));
+      const Pair out = b.poisoned(dt, {n, p.narrow});
+      b.cpu().copy_from_column_blocks(out.cpu, w.cpu, p.at);
+      b.gpu().copy_from_column_blocks(out.gpu, w.gpu, p.at);
+      EXPECT_TRUE(b.same(out, 0.0, "copy_from_column_blocks " + what));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jumbo::gputest

@@ -46,6 +46,15 @@ TEST(Flops, LlamaFamilyPresetsHaveTheirPublishedCounts) {
   }
 }
 
+// LoRA r = 16 on every Llama 3 8B map (PEFT's all-linear): PEFT reports 41,943,040 trainable
+// parameters; the same count with tp 8 (B split by output on q, k, v, gate, up).
+TEST(Flops, LoraOnEveryLlamaMapIsPeftsCount) {
+  const ModelConfig m = load_model_config(JUMBO_SOURCE_DIR "/inputs/models/llama3-8b.toml");
+  EXPECT_EQ(lora_adapter_params(m, 16, every_lora_target(m)), 41943040);
+  const LoraLayerShard shard = lora_layer_adapters(m, 16, every_lora_target(m), 8);
+  EXPECT_EQ(m.layers * (8 * shard.split + shard.replicated), 41943040);
+}
+
 // With tp the exact count is of the padded vocabulary; qk-norm adds two [D] vectors a layer.
 TEST(Flops, QkNormAddsTwoHeadVectorsPerLayer) {
   ModelConfig m = load_model_config(JUMBO_SOURCE_DIR "/inputs/models/tiny-llama.toml");

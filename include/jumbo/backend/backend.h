@@ -45,6 +45,14 @@ struct AdamWRange {
   bool weight_decay = false;  // matrices and embeddings decay; biases and norms do not
 };
 
+// Where a narrow tensor's columns sit in a wide one: block b of `block` columns of narrow
+// [N, blocks x block] is columns first + b x period .. + block of wide [N, W]. A LoRA adapter
+// on one part of a packed output writes it so: q, k or v in the grouped q/k/v rows (a block
+// per kv group), SwiGLU's gate or up half (one block).
+struct ColumnBlocks {
+  int64_t block = 0, first = 0, period = 0;
+};
+
 // Which way rope() turns: the forward's rotation, or its inverse (the backward's).
 enum class RopeDirection { forward, inverse };
 
@@ -175,6 +183,9 @@ class Backend {
   virtual void gelu_fwd(Tensor out, Tensor in) = 0;                 // out = gelu(in), tanh form
   virtual void gelu_bwd(Tensor din, Tensor dout, Tensor in) = 0;    // din = dout * gelu'(in)
   virtual void scale(Tensor t, float factor) = 0;                   // t *= factor
+  // wide's blocks += narrow (ColumnBlocks above); and narrow = wide's blocks.
+  virtual void add_to_column_blocks(Tensor wide, Tensor narrow, const ColumnBlocks& at) = 0;
+  virtual void copy_from_column_blocks(Tensor narrow, Tensor wide, const ColumnBlocks& at) = 0;
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;             // out = a + b
   // Inverted dropout over the last dimension's columns (dropout_mask.h): out = in x keep / (1 -
   // p), 0 where dropped; out may be in. The same mask on the same logical elements anywhere.

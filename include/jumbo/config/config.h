@@ -2,6 +2,7 @@
 // Run configuration: one struct per TOML section, validated in one place (validate.cpp).
 // Defaults are GPT-3's published values (Brown et al. 2020, table 2.1 and appendix B).
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,24 +50,33 @@ enum class FineTune : uint8_t { none, full, lora };
 const char* to_string(FineTune f);
 
 // The linear maps of a layer that can carry a LoRA adapter x -> x A^T B^T (A [r x in], B
-// [out x r]), and a set of them.
-enum class LoraTarget : uint8_t { qkv, proj, fc1, fc2 };
+// [out x r]), and a set of them. qkv is the whole q/k/v map (one adapter over the three); q,
+// k and v each part alone (PEFT's q_proj, k_proj, v_proj); proj the attention's output
+// (o_proj); fc1 a GELU MLP's up map; gate and up SwiGLU's two (gate_proj, up_proj); fc2 the
+// MLP's down map (down_proj).
+enum class LoraTarget : uint8_t { qkv, proj, fc1, fc2, q, k, v, gate, up };
 inline constexpr LoraTarget kLoraTargets[] = {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc1,
-                                              LoraTarget::fc2};
+                                              LoraTarget::fc2, LoraTarget::q,    LoraTarget::k,
+                                              LoraTarget::v,   LoraTarget::gate, LoraTarget::up};
+inline constexpr size_t kLoraTargetCount = std::size(kLoraTargets);
 const char* to_string(LoraTarget t);
 struct LoraTargetSet {
-  uint8_t bits = 0b1111;  // all four
+  uint16_t bits = 0b1111;  // qkv, proj, fc1, fc2: every map of the GPT block
   static LoraTargetSet none() { return LoraTargetSet{.bits = 0}; }
   bool has(LoraTarget t) const { return (bits >> static_cast<int>(t)) & 1; }
-  void add(LoraTarget t) { bits = static_cast<uint8_t>(bits | (1u << static_cast<int>(t))); }
+  void add(LoraTarget t) { bits = static_cast<uint16_t>(bits | (1u << static_cast<int>(t))); }
   int64_t count() const;
   bool operator==(const LoraTargetSet&) const = default;
 };
 // "qkv,fc2": a comma-separated, non-empty list of the names of LoraTarget, each at most once.
+// With a model, also "all": every map of its block (every_lora_target).
 std::optional<LoraTargetSet> parse_lora_targets(std::string_view list);
+struct ModelConfig;
+std::optional<LoraTargetSet> parse_lora_targets(std::string_view list, const ModelConfig& model);
 inline constexpr const char* kLoraTargetChoices =
-    "a comma-separated list of qkv, proj, fc1, fc2 (each at most once)";
-// "qkv, proj, fc1, fc2", in that order.
+    "\"all\" or a comma-separated list of qkv, q, k, v, proj, fc1, gate, up, fc2 (each at most "
+    "once)";
+// "qkv, proj, fc1, fc2", in kLoraTargets' order.
 std::string describe(LoraTargetSet targets);
 
 // A LoRA adapter's shape: rank r, scale alpha / r, on these maps of every layer.
@@ -126,6 +136,16 @@ struct ModelConfig {
     return (vocab + m - 1) / m * m;
   }
 };
+
+// Every map of `model`'s block that can carry an adapter: GELU: qkv, proj, fc1, fc2; SwiGLU
+// (the Llama family, PEFT's all-linear): q, k, v, proj, gate, up, fc2.
+LoraTargetSet every_lora_target(const ModelConfig& model);
+// Every map of `model`'s block an adapter can sit on, alone: every_lora_target's, and qkv or
+// q, k, v (the whole q/k/v map or its parts). What the decoder's adapter pool holds.
+LoraTargetSet adaptable_lora_targets(const ModelConfig& model);
+// Why `targets` cannot adapt `model`'s maps ("" when they can): fc1 on SwiGLU, gate or up on
+// GELU, qkv together with q, k or v.
+std::string lora_targets_problem(LoraTargetSet targets, const ModelConfig& model);
 
 // The [parallel] section: the layout (layout.h; dp and device are not keys of it: dp is what
 // the world leaves, device is train.device) and the watchdog's timeout.
@@ -267,10 +287,11 @@ struct FinetuneConfig {
   FineTune method = FineTune::none;
   int64_t lora_rank = 16;
   double lora_alpha = 32;
-  std::string lora_targets = "qkv,proj,fc1,fc2";
+  std::string lora_targets = "all";  // every map of the model's block
   double lora_dropout = 0;  // training drops each element of an adapter's input with this p
-  // The adapters' shape (lora only; rank 0 otherwise); the targets checked by validate.
-  LoraShape lora() const;
+  // The adapters' shape on `model` (lora only; rank 0 otherwise); the targets checked by
+  // validate.
+  LoraShape lora(const ModelConfig& model) const;
 };
 
 struct RunConfig {

@@ -46,6 +46,7 @@ struct StageActivations {
   // LoRA: B's output (and dx's share), scale dout B, the dropped-out input, and what a frozen
   // norm's backward writes.
   Tensor lora_scratch, lora_dh, lora_dropped, frozen_norm_w, frozen_norm_b;
+  Tensor lora_dout;  // an adapter's part of a packed output's gradient (q, k, v, gate, up)
   // RoPE: f32 [context, head_dim] cos and sin, and i32 [B*S] 0 .. seq-1 per sequence.
   Tensor rope_table, sequence_positions;
 };

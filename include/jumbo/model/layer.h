@@ -24,7 +24,12 @@ namespace jumbo {
 // A layer's LoRA adapters (Hu et al. 2021), per LoraTarget: A [r x in] and B [out x r] in the
 // stage's adapter ParamStore, -1 where a map has none.
 struct LoraLayerParams {
-  std::array<int, 4> a{-1, -1, -1, -1}, b{-1, -1, -1, -1};
+  static constexpr std::array<int, kLoraTargetCount> unset() {
+    std::array<int, kLoraTargetCount> none{};
+    none.fill(-1);
+    return none;
+  }
+  std::array<int, kLoraTargetCount> a = unset(), b = unset();
   bool has(LoraTarget t) const { return a[static_cast<size_t>(t)] >= 0; }
 };
 
@@ -109,12 +114,12 @@ struct LayerTensors {
   Tensor input, ln1, ln1_full, ln1_mean, ln1_rstd, qkv, atty, probs, residual2, ln2, ln2_full,
       ln2_mean, ln2_rstd, fch, fch_act, residual3, proj_full, proj_part;
   // qk-norm: the q, k, v map's output before the norm (qkv is after it) and the heads' rstd.
-  Tensor qkv_raw, qk_rstd;
+  Tensor qkv_raw{}, qk_rstd{};
   // LoRA: which rows run which adapter (none: the base alone); per target, [N, stored rank]
   // for scale x (x A^T), what B's gradient reads; and scratch for B's output before it is
   // added (at least N x the widest map's output, flat, in the compute dtype).
   std::span<const LoraRows> lora_rows{};
-  std::array<Tensor, 4> lora_h{};
+  std::array<Tensor, kLoraTargetCount> lora_h{};
   Tensor lora_scratch{};
   // LoRA dropout (training): the microbatch's and layer's seed of the masks, and scratch for
   // the dropped-out input (at least N x the widest map's input, flat).
@@ -189,6 +194,10 @@ void norm_forward(const LayerContext& ctx, int weight, int bias, Tensor out, Ten
 // counts it once. Keeps scale x (x A^T) in h's rows.
 void lora_forward(const LayerContext& ctx, const LayerTensors& t, LoraTarget target,
                   const LoraLayerParams& p, Tensor x, Tensor out, Tensor h);
+// Where a map's adapter writes in its base map's output on this rank: q, k or v in the grouped
+// q/k/v rows (a block per kv group), SwiGLU's gate or up half of the packed up output; a block
+// of 0 for a map that is its output whole (qkv, proj, fc1, fc2).
+ColumnBlocks lora_output_blocks(const ModelSpec& spec, LoraTarget target);
 // The dropout mask of a LoRA map's input x ([rows, in_local] on this rank) for the layer's
 // seed: one logical mask over the whole input, of which a row-parallel map's rank holds the
 // columns tp_rank x in_local onwards (column-parallel maps read the whole input on every

@@ -186,6 +186,7 @@ class TransformerStage final : public ModelStage {
   LoraRows every_row_;    // a microbatch's rows, all on adapter_
   Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
   Tensor lora_dropped_;                   // LoRA dropout: the dropped-out input
+  Tensor lora_dout_;  // a q/k/v/gate/up adapter's part of its packed output's gradient
   Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
   // RoPE: f32 [context, head_dim] cos and sin, and i32 [B*S] 0 .. seq-1 per sequence.

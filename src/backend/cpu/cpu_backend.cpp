@@ -93,6 +93,12 @@ class CpuBackend final : public Backend {
                      Tensor probs, int64_t kv_heads, Tensor positions = {}) override {
     cpu::attention_bwd(dqkv, dprobs, dout, qkv, probs, kv_heads, positions);
   }
+  void add_to_column_blocks(Tensor wide, Tensor narrow, const ColumnBlocks& at) override {
+    cpu::add_to_column_blocks(wide, narrow, at);
+  }
+  void copy_from_column_blocks(Tensor narrow, Tensor wide, const ColumnBlocks& at) override {
+    cpu::copy_from_column_blocks(narrow, wide, at);
+  }
   void qk_norm_fwd(Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight, Tensor k_weight,
                    int64_t kv_heads, float eps) override {
     cpu::qk_norm_fwd(out, rstd, qkv, q_weight, k_weight, kv_heads, eps);

@@ -41,6 +41,8 @@ void fill_columns(Tensor t, int64_t first_col, float value);
 void copy(Tensor dst, Tensor src);
 void gelu_fwd(Tensor out, Tensor in);
 void scale(Tensor t, float factor);
+void add_to_column_blocks(Tensor wide, Tensor narrow, const ColumnBlocks& at);
+void copy_from_column_blocks(Tensor narrow, Tensor wide, const ColumnBlocks& at);
 void dropout(Tensor out, Tensor in, const DropoutMask& mask);
 void gelu_bwd(Tensor din, Tensor dout, Tensor in);
 void add(Tensor out, Tensor a, Tensor b);

@@ -249,6 +249,12 @@ class CudaBackend final : public Backend {
   void gelu_fwd(Tensor out, Tensor in) override { cuda::gelu_fwd(s(), out, in); }
   void gelu_bwd(Tensor din, Tensor dout, Tensor in) override { cuda::gelu_bwd(s(), din, dout, in); }
   void scale(Tensor t, float factor) override { cuda::scale(s(), t, factor); }
+  void add_to_column_blocks(Tensor wide, Tensor narrow, const ColumnBlocks& at) override {
+    cuda::add_to_column_blocks(s(), wide, narrow, at);
+  }
+  void copy_from_column_blocks(Tensor narrow, Tensor wide, const ColumnBlocks& at) override {
+    cuda::copy_from_column_blocks(s(), narrow, wide, at);
+  }
   void dropout(Tensor out, Tensor in, const DropoutMask& mask) override {
     cuda::dropout(s(), out, in, mask);
   }

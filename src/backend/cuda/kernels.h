@@ -24,6 +24,9 @@ void gelu_fwd(cudaStream_t stream, Tensor out, Tensor in);
 void gelu_bwd(cudaStream_t stream, Tensor din, Tensor dout, Tensor in);
 void add(cudaStream_t stream, Tensor out, Tensor a, Tensor b);
 void scale(cudaStream_t stream, Tensor t, float factor);  // in place
+// columns.cu: backend.h's ColumnBlocks (a LoRA adapter's part of a packed output).
+void add_to_column_blocks(cudaStream_t stream, Tensor wide, Tensor narrow, const ColumnBlocks& at);
+void copy_from_column_blocks(cudaStream_t stream, Tensor narrow, Tensor wide, const ColumnBlocks& at);
 void dropout(cudaStream_t stream, Tensor out, Tensor in, const DropoutMask& mask);
 void fill_columns(cudaStream_t stream, Tensor t, int64_t first_col, float value);
 // out[N, F] = silu(gate) * up of gate_up [N, 2F] = (gate, up); the backward writes dgate_up.

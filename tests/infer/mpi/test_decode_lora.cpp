@@ -121,11 +121,10 @@ TEST(CachedDecodeLora, MixedAdaptersAndBaseEqualEachFullForward) {
   expect_mixed_adapters_equal_full_forward(tiny(), LoraTargetSet{});
 }
 
-// The Llama block's q/k/v (grouped), o and down maps (SwiGLU's gate and up take none).
+// The Llama block's every map as PEFT names them (q, k, v in their grouped rows, o, SwiGLU's
+// gate and up in its packed output, down) next to an adapter on the whole q/k/v map.
 TEST(CachedDecodeLora, LlamaMixedAdaptersAndBaseEqualEachFullForward) {
-  LoraTargetSet three = LoraTargetSet::none();
-  for (LoraTarget t : {LoraTarget::qkv, LoraTarget::proj, LoraTarget::fc2}) three.add(t);
-  expect_mixed_adapters_equal_full_forward(tiny_llama(), three);
+  expect_mixed_adapters_equal_full_forward(tiny_llama(), every_lora_target(tiny_llama()));
 }
 
 }  // namespace

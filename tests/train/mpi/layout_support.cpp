@@ -75,7 +75,7 @@ RefRun solo_run(const RunConfig& cfg) {
   auto w = mpi_world();
   auto solo = w->split(w->rank() == 0 ? 0 : -1, 0, "solo");
   RefRun r;
-  std::vector<float> losses(10);
+  std::vector<float> losses(static_cast<size_t>(cfg.train.steps));
   if (solo) {
     auto backend = make_cpu_backend();
     Trainer t(cfg, *backend, solo);
@@ -84,7 +84,7 @@ RefRun solo_run(const RunConfig& cfg) {
     Tensor m = t.optimizer().master();  // one rank: the whole fp32 master, flat order
     r.reference_weights.assign(m.as<float>(), m.as<float>() + m.numel());
   }
-  w->broadcast(Tensor(losses.data(), DType::f32, {10}), 0);
+  w->broadcast(Tensor(losses.data(), DType::f32, {cfg.train.steps}), 0);
   r.losses.assign(losses.begin(), losses.end());
   int64_t n = static_cast<int64_t>(r.reference_weights.size());
   std::vector<int32_t> size = {static_cast<int32_t>(n)};

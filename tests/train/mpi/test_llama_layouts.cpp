@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
+#include <string>
 
 #include "layout_support.h"
 #include "jumbo/backend/backend.h"
@@ -132,6 +134,52 @@ TEST(LlamaLayouts, CheckpointsResumeBitForBitAndReshard) {
       }
     }
   }
+}
+
+// LoRA on every Llama map as PEFT names them (q, k, v: their rows of the grouped q/k/v map;
+// o; SwiGLU's gate and up: halves of its packed output; down) from a trained base: tp 2 x
+// pp 2 with ZeRO-1 and sequence parallelism equals one rank within the layout tolerance.
+TEST(LlamaLayouts, LoraOnEveryMapMatchesOneRank) {
+  auto w = mpi_world();
+  if (w->size() % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  const std::string base = test::fresh_checkpoint_dir("llama-lora-base");
+  auto backend = make_cpu_backend();
+  {
+    RunConfig cfg = test::layout_config(2, 2, true, "fp32", "none", false, Family::llama);
+    cfg.train.steps = 4;
+    cfg.checkpoint.dir = base;
+    cfg.checkpoint.every = 4;
+    Trainer t(cfg, *backend, w);
+    t.run();
+  }
+  w->barrier();
+  auto lora_config = [&](int tp, int pp, bool sp) {
+    RunConfig cfg = test::layout_config(tp, pp, tp > 1, "fp32", "none", sp, Family::llama);
+    cfg.train.init_from = base;
+    cfg.train.steps = 4;
+    cfg.train.lr = 3e-3;  // the adapters move the loss within four steps
+    cfg.finetune.method = FineTune::lora;
+    cfg.finetune.lora_rank = 4;
+    return cfg;
+  };
+  const test::RefRun ref = test::solo_run(lora_config(1, 1, false));
+  Trainer t(lora_config(2, 2, true), *backend, w);
+  std::set<std::string> maps;  // the first layer's adapted maps
+  for (size_t i = 0; i < t.model().trained_params().size(); ++i) {
+    const std::string& name = t.model().trained_params().info(static_cast<int>(i)).name;
+    if (name.ends_with(".lora_a")) maps.insert(name.substr(name.find('.', 7) + 1));
+  }
+  if (t.model().options().has_embedding) {  // layers 0-3 on the first stage
+    EXPECT_EQ(maps, (std::set<std::string>{"attn.q.lora_a", "attn.k.lora_a", "attn.v.lora_a",
+                                           "attn.proj.lora_a", "mlp.gate.lora_a",
+                                           "mlp.up.lora_a", "mlp.fc2.lora_a"}));
+  }
+  const TrainSummary s = t.run();
+  ASSERT_EQ(s.losses.size(), 4u);
+  for (size_t i = 0; i < s.losses.size(); ++i) {
+    EXPECT_NEAR(s.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
+  }
+  EXPECT_GT(std::abs(s.losses[3] - s.losses[0]), 1e-3) << "the adapters did not train";
 }
 
 }  // namespace
