@@ -314,26 +314,33 @@ void position_embedding_bwd(Tensor dwpe, Tensor dout, Tensor positions) {
   });
 }
 
-void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps) {
-  expect(mean.dtype == DType::f32 && rstd.dtype == DType::f32, "layernorm_fwd: stats are f32");
+namespace {
+
+// LayerNorm, or with kRms RMSNorm (no mean, no bias): one loop for both, the RMS form the
+// LayerNorm one with the mean taken as 0. mean and b are unused (may be empty) with kRms.
+template <bool kRms>
+void norm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps) {
   const int64_t c = x.dim(-1);
-  const int64_t rows = x.numel() / c;
+  const int64_t rows = c > 0 ? x.numel() / c : 0;
   dispatch_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.as<T>();
     const T* pw = w.as<T>();
-    const T* pb = b.as<T>();
+    const T* pb = kRms ? nullptr : b.as<T>();
     T* po = out.as<T>();
-    float* pm = mean.as<float>();
+    float* pm = kRms ? nullptr : mean.as<float>();
     float* pr = rstd.as<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = px + r * c;
-      float sum = 0;
+      float m = 0;
+      if constexpr (!kRms) {
+        float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < c; ++i) sum += load(xr, i);
-      const float m = sum / static_cast<float>(c);
-      float var = 0;
+        for (int64_t i = 0; i < c; ++i) sum += load(xr, i);
+        m = sum / static_cast<float>(c);
+      }
+      float var = 0;  // RMS: the mean square
 #pragma omp simd reduction(+ : var)
       for (int64_t i = 0; i < c; ++i) {
         const float d = load(xr, i) - m;
@@ -343,22 +350,29 @@ void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Ten
       T* orow = po + r * c;
 #pragma omp simd
       for (int64_t i = 0; i < c; ++i) {
-        store(orow, i, (load(xr, i) - m) * s * load(pw, i) + load(pb, i));
+        if constexpr (kRms) {
+          store(orow, i, load(xr, i) * s * load(pw, i));
+        } else {
+          store(orow, i, (load(xr, i) - m) * s * load(pw, i) + load(pb, i));
+        }
       }
-      pm[r] = m;
+      if constexpr (!kRms) pm[r] = m;
       pr[r] = s;
     }
   });
 }
 
-void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
-                   Tensor rstd) {
-  expect(dw.dtype == DType::f32 && db.dtype == DType::f32, "layernorm_bwd: grads are f32");
+// dx += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout w, norm = (x - mean)
+// rstd; RMSNorm without the mean terms. dw (+ db) summed by threads that own column blocks,
+// each over the rows in order (deterministic); an empty dw (a frozen weight) is skipped.
+template <bool kRms>
+void norm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
+              Tensor rstd) {
   const int64_t c = x.dim(-1);
-  const int64_t rows = x.numel() / c;
-  float* pdw = dw.as<float>();
-  float* pdb = db.as<float>();
-  const float* pm = mean.as<float>();
+  const int64_t rows = c > 0 ? x.numel() / c : 0;
+  float* pdw = dw.empty() ? nullptr : dw.as<float>();
+  float* pdb = kRms ? nullptr : db.as<float>();
+  const float* pm = kRms ? nullptr : mean.as<float>();
   const float* pr = rstd.as<float>();
   dispatch_float(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -371,7 +385,7 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = px + r * c;
       const T* gr = pg + r * c;
-      const float m = pm[r], s = pr[r];
+      const float m = kRms ? 0.0f : pm[r], s = pr[r];
       float dnorm_mean = 0, dnorm_norm_mean = 0;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
       for (int64_t i = 0; i < c; ++i) {
@@ -380,7 +394,7 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
         dnorm_mean += dnorm;
         dnorm_norm_mean += dnorm * norm;
       }
-      dnorm_mean /= static_cast<float>(c);
+      dnorm_mean = kRms ? 0.0f : dnorm_mean / static_cast<float>(c);
       dnorm_norm_mean /= static_cast<float>(c);
       T* dxr = pdx + r * c;
 #pragma omp simd
@@ -390,18 +404,18 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
         store(dxr, i, load(dxr, i) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
       }
     }
-    // dw, db: threads own column blocks.
+    if (pdw == nullptr) return;
 #pragma omp parallel for schedule(static)
     for (int64_t c0 = 0; c0 < c; c0 += 64) {
       const int64_t c1 = std::min(c, c0 + 64);
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = px + r * c;
         const T* gr = pg + r * c;
-        const float m = pm[r], s = pr[r];
+        const float m = kRms ? 0.0f : pm[r], s = pr[r];
 #pragma omp simd
         for (int64_t i = c0; i < c1; ++i) {
           const float g = load(gr, i);
-          pdb[i] += g;
+          if constexpr (!kRms) pdb[i] += g;
           pdw[i] += (load(xr, i) - m) * s * g;
         }
       }
@@ -409,34 +423,27 @@ void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tenso
   });
 }
 
+}  // namespace
+
+void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor w, Tensor b, float eps) {
+  expect(mean.dtype == DType::f32 && rstd.dtype == DType::f32, "layernorm_fwd: stats are f32");
+  norm_fwd<false>(out, mean, rstd, x, w, b, eps);
+}
+
+void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, Tensor dout, Tensor x, Tensor w, Tensor mean,
+                   Tensor rstd) {
+  expect(dw.dtype == DType::f32 && db.dtype == DType::f32, "layernorm_bwd: grads are f32");
+  norm_bwd<false>(dx, dw, db, dout, x, w, mean, rstd);
+}
+
 void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
   const int64_t c = x.dim(-1), rows = c > 0 ? x.numel() / c : 0;
   expect(rstd.dtype == DType::f32 && rstd.numel() == rows && out.dtype == x.dtype &&
              w.dtype == x.dtype && out.numel() == x.numel() && w.numel() == c,
          "rmsnorm_fwd: out and x [N, C], weight [C], rstd f32 [N]");
-  dispatch_float(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = x.as<T>();
-    const T* pw = w.as<T>();
-    T* po = out.as<T>();
-    float* pr = rstd.as<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = px + r * c;
-      float ss = 0;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < c; ++i) ss += load(xr, i) * load(xr, i);
-      const float s = 1.0f / std::sqrt(ss / static_cast<float>(c) + eps);
-      T* orow = po + r * c;
-#pragma omp simd
-      for (int64_t i = 0; i < c; ++i) store(orow, i, load(xr, i) * s * load(pw, i));
-      pr[r] = s;
-    }
-  });
+  norm_fwd<true>(out, Tensor{}, rstd, x, w, Tensor{}, eps);
 }
 
-// dx = rstd (dnorm - norm mean(dnorm norm)), dnorm = dout w, norm = x rstd (layernorm's without
-// the mean terms).
 void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) {
   const int64_t c = x.dim(-1), rows = c > 0 ? x.numel() / c : 0;
   expect(rstd.dtype == DType::f32 && rstd.numel() == rows && dx.dtype == x.dtype &&
@@ -444,47 +451,7 @@ void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor r
              dout.numel() == x.numel() && w.numel() == c &&
              (dw.empty() || (dw.dtype == DType::f32 && dw.numel() == c)),
          "rmsnorm_bwd: dx, dout, x [N, C], weight [C], dweight f32 [C] or empty, rstd f32 [N]");
-  const float* pr = rstd.as<float>();
-  dispatch_float(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = x.as<T>();
-    const T* pw = w.as<T>();
-    const T* pg = dout.as<T>();
-    T* pdx = dx.as<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = px + r * c;
-      const T* gr = pg + r * c;
-      const float s = pr[r];
-      float dnorm_norm_mean = 0;
-#pragma omp simd reduction(+ : dnorm_norm_mean)
-      for (int64_t i = 0; i < c; ++i) {
-        dnorm_norm_mean += load(pw, i) * load(gr, i) * load(xr, i) * s;
-      }
-      dnorm_norm_mean /= static_cast<float>(c);
-      T* dxr = pdx + r * c;
-#pragma omp simd
-      for (int64_t i = 0; i < c; ++i) {
-        const float norm = load(xr, i) * s;
-        const float dnorm = load(pw, i) * load(gr, i);
-        store(dxr, i, load(dxr, i) + (dnorm - norm * dnorm_norm_mean) * s);
-      }
-    }
-    if (dw.empty()) return;  // a frozen weight
-    // dw: threads own column blocks, each summing its rows in order (deterministic).
-    float* pdw = dw.as<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < c; c0 += 64) {
-      const int64_t c1 = std::min(c, c0 + 64);
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* xr = px + r * c;
-        const T* gr = pg + r * c;
-        const float s = pr[r];
-#pragma omp simd
-        for (int64_t i = c0; i < c1; ++i) pdw[i] += load(xr, i) * s * load(gr, i);
-      }
-    }
-  });
+  norm_bwd<true>(dx, dw, Tensor{}, dout, x, w, Tensor{}, rstd);
 }
 
 }  // namespace jumbo::cpu
