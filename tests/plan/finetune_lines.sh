@@ -43,8 +43,14 @@ bad_flag() {
     { cat "$tmp/err.txt"; fail "$*: status $status"; }
 }
 bad_flag --finetune qlora "--finetune qlora: expected full or lora"
-bad_flag --finetune lora --lora-targets qkv,attn "--lora-targets qkv,attn: expected a comma-separated list of qkv, proj, fc1, fc2"
+bad_flag --finetune lora --lora-targets qkv,attn "--lora-targets qkv,attn: expected \"all\" or a comma-separated list of qkv, q, k, v, proj, fc1, gate, up, fc2"
 bad_flag --finetune lora --lora-targets qkv,qkv "--lora-targets qkv,qkv: expected"
+# A Llama's up maps are gate and up: fc1 names a GELU MLP's.
+"$jumbo" plan --model inputs/models/llama3-8b.toml --gpu h100-80gb --finetune lora \
+  --lora-targets q,v,fc1 >"$tmp/err.txt" 2>&1
+[[ $? -eq 2 && $(wc -l <"$tmp/err.txt") -eq 1 ]] &&
+  grep -q -- '--lora-targets q,v,fc1: fc1 with model.mlp = "swiglu": expected gate and up' "$tmp/err.txt" ||
+  { cat "$tmp/err.txt"; fail "plan --lora-targets fc1 on a Llama"; }
 bad_flag --finetune lora --lora-rank 0 "--lora-rank 0: expected >= 1"
 bad_flag --lora-rank 8 --nodes 2 "--lora-rank and --lora-targets need --finetune lora"
 bad_flag --finetune lora --storage "--storage sizes a pre-training checkpoint"
