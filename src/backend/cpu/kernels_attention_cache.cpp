@@ -143,6 +143,24 @@ constexpr int64_t kKeyGroup = 64;  // keys per score tile (4 vectors)
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// p[0, len) = softmax(p[0, len)) in place: the max in vectors, then exp and sum, then scale.
+void softmax_in_place(float* p, int64_t len) {
+  __m512 vmx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < len; j += 16) {
+    vmx = _mm512_mask_max_ps(vmx, first_lanes(len - j), vmx, _mm512_loadu_ps(p + j));
+  }
+  const float mx = _mm512_reduce_max_ps(vmx);
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = fast_expf(p[j] - mx);
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+}
+
 // Queries t0 .. t1 - 1 of `run` (run-relative) of one query head, D = 16 DV; R queries per
 // tile, against kt [D, kp] (the keys transposed) and v (the values as f32). q rows of qkv are
 // `stride` apart; out rows `ostride`.
@@ -198,20 +216,7 @@ void attend_block_head(const T* q_rows, int64_t stride, const float* kt, int64_t
     for (int64_t r = 0; r < rows; ++r) {
       float* p = sb.data() + r * kp;
       const int64_t len = pos + t0 + tt + r + 1;
-      __m512 vmx = _mm512_set1_ps(-INFINITY);
-      for (int64_t j = 0; j < len; j += 16) {
-        vmx = _mm512_mask_max_ps(vmx, first_lanes(len - j), vmx, _mm512_loadu_ps(p + j));
-      }
-      const float mx = _mm512_reduce_max_ps(vmx);
-      float sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < len; ++j) {
-        p[j] = fast_expf(p[j] - mx);
-        sum += p[j];
-      }
-      const float inv = 1.0f / sum;
-#pragma omp simd
-      for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+      softmax_in_place(p, len);
       for (int64_t j = len; j < last; ++j) p[j] = 0.0f;
     }
     for (int64_t r = rows; r < R; ++r) std::fill(sb.data() + r * kp, sb.data() + r * kp + last, 0.0f);
@@ -388,21 +393,7 @@ void attend_group_row(const T* src, const T* kc, const T* vc, T* dst, int64_t le
   prefetch_next(vc, -KB);  // the first block of values, during the softmax
   for (int64_t r = 0; r < heads; ++r) {
     prefetch_some();
-    float* p = sc.data() + r * lp;
-    __m512 vmx = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < len; j += 16) {
-      vmx = _mm512_mask_max_ps(vmx, first_lanes(len - j), vmx, _mm512_loadu_ps(p + j));
-    }
-    const float mx = _mm512_reduce_max_ps(vmx);
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < len; ++j) {
-      p[j] = fast_expf(p[j] - mx);
-      sum += p[j];
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+    softmax_in_place(sc.data() + r * lp, len);
   }
   for (int64_t j0 = 0; j0 < len; j0 += KB) {
     const float* v = block(vc, j0);
