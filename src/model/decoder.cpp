@@ -25,7 +25,6 @@ TransformerDecoder::TransformerDecoder(const ModelConfig& cfg, const StageOption
   opts_.sequence_parallel = false;
   tp_rank_ = tp.rank();
   const int64_t tp_size = tp.size();
-  ffn_local_ = spec_.ffn_local();
   vocab_local_ = cfg_.padded_vocab(tp_size) / tp_size;
   vocab_start_ = tp_rank_ * vocab_local_;
   vocab_valid_ = std::clamp<int64_t>(cfg_.vocab - vocab_start_, 0, vocab_local_);
@@ -77,7 +76,7 @@ void TransformerDecoder::layout_step(Arena& arena) {
   const DType t = opts_.compute_dtype, f32 = DType::f32, i32 = DType::i32;
   const int64_t r = shape_.max_rows, s = shape_.max_sampled, c = cfg_.d_model;
   const int64_t qkv_local = spec_.qkv_local(), attn_local = spec_.attn_local();
-  const int64_t up_local = spec_.up_local();
+  const int64_t up_local = spec_.up_local(), ffn_local = spec_.ffn_local();
   tokens_ = arena.alloc(i32, {r});
   positions_ = arena.alloc(i32, {r});
   rows_ = arena.alloc(i32, {r, 2});
@@ -93,10 +92,10 @@ void TransformerDecoder::layout_step(Arena& arena) {
   atty_ = arena.alloc(t, {r, attn_local});
   proj_ = arena.alloc(t, {r, c});
   fch_ = arena.alloc(t, {r, up_local});
-  fch_act_ = arena.alloc(t, {r, ffn_local_});
+  fch_act_ = arena.alloc(t, {r, ffn_local});
   if (shape_.adapter_slots > 0) {
     lora_h_ = arena.alloc(t, {r, shape_.max_lora_rank});
-    lora_scratch_ = arena.alloc(t, {r * std::max({qkv_local, up_local, ffn_local_, c})});
+    lora_scratch_ = arena.alloc(t, {r * std::max({qkv_local, up_local, ffn_local, c})});
   }
   rope_table_ = spec_.rope() ? arena.alloc(f32, {shape_.cache_positions, spec_.head_dim}) : Tensor{};
   if (opts_.has_head) {

@@ -32,8 +32,6 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, const StageOptions& o
   vocab_local_ = vocab_padded_ / tp_size_;
   vocab_start_ = tp_rank_ * vocab_local_;
   vocab_valid_ = std::clamp<int64_t>(cfg_.vocab - vocab_start_, 0, vocab_local_);
-  heads_local_ = spec_.heads_local();
-  ffn_local_ = spec_.ffn_local();
   sp_ = opts_.sequence_parallel && tp_size_ > 1;
   if (sp_ && opts_.seq % tp_size_ != 0) {
     throw std::logic_error("TransformerStage: sequence parallelism needs seq divisible by tp");

@@ -68,7 +68,7 @@ class TransformerDecoder final : public DecodeStage {
   DecodeShape shape_;
   Backend& backend_;
   Comm& tp_;
-  int64_t tp_rank_, ffn_local_, vocab_local_, vocab_start_, vocab_valid_;
+  int64_t tp_rank_, vocab_local_, vocab_start_, vocab_valid_;
   ParamStore params_;
   StageParamIndex ix_;
   Arena cache_arena_, step_arena_;

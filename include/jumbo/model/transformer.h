@@ -176,7 +176,6 @@ class TransformerStage final : public ModelStage {
   int64_t tp_rank_, tp_size_;
   int64_t vocab_padded_, vocab_local_, vocab_start_;
   int64_t vocab_valid_;  // columns of this rank's slice below model.vocab (the rest is padding)
-  int64_t heads_local_, ffn_local_;
   bool sp_ = false;
   int64_t seq_part_;  // sequence positions of this rank's part (S, or S/tp with SP)
   ParamStore params_;
