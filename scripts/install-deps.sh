@@ -8,7 +8,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libopenblas-openmp-dev libhdf5-openmpi-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev python3-h5py python3-botocore
   libcpp-httplib-dev python3-torch
@@ -84,3 +84,7 @@ npm_install_pinned() {
 npm_install_pinned s3rver 3.7.1
 # 6.x is the last major line of openai that runs on Debian's Node 20 (7.x needs Node 22).
 npm_install_pinned openai 6.49.0
+# Hugging Face's own JavaScript tokenizer and Jinja renderer, the independent references for
+# tokenizer.json encoding (tests/data/hf_tokenizer.sh) and chat templates (tests/data/jinja_templates.sh).
+npm_install_pinned @huggingface/tokenizers 0.2.0
+npm_install_pinned @huggingface/jinja 0.5.13
