@@ -3,8 +3,7 @@
 # fine-tuned model on the shipped genre task (inputs/tasks/brown-genre.jsonl: 15 genres,
 # chance 1/15; scripts/make-genre-task.py and inputs/data/README.md say how it is made):
 #   1. builds jumbo, makes the demo tokenizer and tokenized corpus if missing (as demo.sh);
-#   2. the base: $demo/checkpoints if it holds a checkpoint (a demo run with
-#      `scripts/demo.sh --set checkpoint.dir=build/demo/checkpoints --set checkpoint.every=300`),
+#   2. the base: $demo/checkpoints if it holds a checkpoint (what `scripts/demo.sh` leaves),
 #      else a short pre-training of the demo run into $demo/base (JUMBO_BASE_STEPS steps,
 #      default 300; kept and reused by the next run with the same number of steps);
 #   3. prepares inputs/data/brown-genre-train.jsonl (2972 prompt-completion examples: a

@@ -23,6 +23,15 @@ std::string verb_path(CLI::App& app) {
   }
   return path;
 }
+// "train, info, ...": every verb, in --help's order.
+std::string verb_names(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (!names.empty()) names += ", ";
+    names += verb->get_name();
+  }
+  return names;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,10 +57,18 @@ int main(int argc, char** argv) {
   jumbo::cli::add_generate_verb(app, run);
   jumbo::cli::add_eval_verb(app, run);
   jumbo::cli::add_serve_verb(app, run);
+  // After the verbs: a subcommand copies its parent's footer when it is added.
+  app.footer("`jumbo VERB --help` gives a verb's flags. New here: scripts/demo.sh trains the "
+             "demo model and prints how to try it (README.md).");
   int code = 0;
   bool failed = false;  // an exception on this rank: the others may be waiting for it
   bool agreed = false;  // an exception every rank threw at the same point (AgreedError)
   try {
+    // `jumbo` alone: the verbs and what each does, as --help (stdout, exit 0), not an error.
+    if (argc == 1) {
+      app.name(argv[0]);  // parse() would have set it: "Usage: build/jumbo ..."
+      throw CLI::CallForHelp();
+    }
     app.parse(argc, argv);
     code = run ? run() : 0;
   } catch (const CLI::ParseError& e) {
@@ -60,8 +77,15 @@ int main(int argc, char** argv) {
     } else {
       // One line, exit 2, like every other user mistake (CLI11's own: two lines, its code).
       if (jumbo::mpi_world()->rank() == 0) {
-        std::fprintf(stderr, "jumbo: error: %s (see jumbo %s--help)\n", e.what(),
-                     verb_path(app).c_str());
+        if (app.get_subcommands().empty()) {
+          // No verb parsed (`jumbo frob`): CLI11 would say only "A subcommand is required".
+          std::fprintf(stderr,
+                       "jumbo: error: '%s' is not a verb; the verbs: %s (see jumbo --help)\n",
+                       argv[1], verb_names(app).c_str());
+        } else {
+          std::fprintf(stderr, "jumbo: error: %s (see jumbo %s--help)\n", e.what(),
+                       verb_path(app).c_str());
+        }
       }
       code = 2;
     }

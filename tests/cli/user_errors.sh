@@ -117,4 +117,22 @@ else
   fail "info-j1-jumbo"
 fi
 
+# `jumbo` alone: the verbs, one line each, and the usage line, on stdout with exit 0 (as
+# --help), nothing on stderr; a word that is no verb: one line naming it and the verbs, exit 2.
+"$jumbo" >"$tmp/out" 2>"$tmp/err"
+status=$?
+ok=1
+[[ $status -eq 0 && ! -s $tmp/err ]] || ok=0
+grep -q "^Usage: .*jumbo .*SUBCOMMAND" "$tmp/out" || ok=0
+for verb in train data generate serve ckpt plan; do
+  grep -qE "^  $verb  +[a-z]" "$tmp/out" || ok=0
+done
+if [[ $ok -eq 1 ]]; then
+  echo "ok   bare-jumbo: $(wc -l <"$tmp/out") lines of help"
+else
+  fail "bare-jumbo: status $status:"
+  cat "$tmp/out" "$tmp/err"
+fi
+expect_error unknown-verb "'frob' is not a verb" "train, info, data" "generate, eval, serve" -- frob
+
 finish
