@@ -8,7 +8,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libopenblas-openmp-dev libhdf5-openmpi-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libsentencepiece-dev sentencepiece libpcre2-dev
+  libsentencepiece-dev sentencepiece libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev python3-h5py python3-botocore
   libcpp-httplib-dev python3-torch

@@ -2,6 +2,8 @@
 # Throughput of `jumbo data prepare` in MB/s of text per core, side by side with
 # SentencePiece's own spm_encode on the same text and the same model, and the speed-up from 1
 # to 2 ranks. Targets (the issue): jumbo >= 1.0x spm_encode per core; 2 ranks >= 1.8x 1 rank.
+# One more row: `data prepare` (1 rank) with a Hugging Face tokenizer.json (byte-level BPE) on
+# the same text, so its MB/s per core reads against the SentencePiece path's.
 #
 # Usage: benchmarks/data/bench_prepare.sh JUMBO [TOKENIZER.model] [MB]
 #   JUMBO      the jumbo binary (build/jumbo)
@@ -9,7 +11,10 @@
 #              inputs/data/brown-train.jsonl with `jumbo data tokenizer`
 #   MB         MB of text to encode (default 40): the Brown training paragraphs, shuffled and
 #              repeated
-# Env: BENCH_DIR=DIR works there and keeps it (default: a temp dir, removed); BENCH_RUNS=3.
+# Env: BENCH_DIR=DIR works there and keeps it (default: a temp dir, removed); BENCH_RUNS=3;
+#      BENCH_HF_TOKENIZER=tokenizer.json (default: the Llama 3-style one that
+#      tests/data/hf_tokenizer_write.py writes: Llama 3's split regex, 3000 merges learned on
+#      Brown, ignore_merges).
 #
 # The same text on both sides: every Brown paragraph is one document of docs.jsonl for jumbo
 # and one line of text.txt for spm_encode (which encodes a line at a time), so both encode
@@ -73,6 +78,14 @@ if [[ -z $model ]]; then
   fi
 fi
 model=$(realpath "$model")
+hf_tokenizer=${BENCH_HF_TOKENIZER:-}
+if [[ -z $hf_tokenizer ]]; then
+  hf_tokenizer=$work/hf/llama3/tokenizer.json
+  [[ -s $hf_tokenizer ]] ||
+    python3 "$repo/tests/data/hf_tokenizer_write.py" "$repo" "$work/hf" >"$work/hf.log" 2>&1 ||
+    { cat "$work/hf.log"; exit 1; }
+fi
+hf_tokenizer=$(realpath "$hf_tokenizer")
 
 # About 16 parts, so 2 ranks get an even share.
 part_mb=$(( jsonl_bytes / 16 / 1048576 ))
@@ -98,8 +111,8 @@ measure() {  # measure KEY CMD...
   fi
 }
 spm=(spm_encode --model "$model" --output_format=id --input "$work/text.txt" --output /dev/null)
-prep() {  # prep RANKS: the command line
-  prep_cmd=(mpirun -np "$1" "$jumbo" data prepare -i "$work/docs.jsonl" -t "$model"
+prep() {  # prep RANKS [TOKENIZER]: the command line
+  prep_cmd=(mpirun -np "$1" "$jumbo" data prepare -i "$work/docs.jsonl" -t "${2:-$model}"
             -o "$work/out/d" --part-mb "$part_mb" --threads 1 --progress-every 0)
 }
 
@@ -116,6 +129,11 @@ if [[ $((jumbo_tokens - jumbo_docs)) -ne $spm_tokens || $jumbo_docs -ne $paragra
   exit 1
 fi
 
+rm -rf "$work/out"
+prep 1 "$hf_tokenizer"
+"${prep_cmd[@]}" >"$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
+hf_tokens=$(sed -n 's/.* documents, \([0-9]*\) tokens .*/\1/p' "$work/run.log")
+
 echo "load before: $(uptime | sed 's/.*load average/load average/')"
 for ((r = 0; r < runs; ++r)); do
   measure spm "${spm[@]}"
@@ -123,10 +141,13 @@ for ((r = 0; r < runs; ++r)); do
   measure j1 "${prep_cmd[@]}"
   prep 2
   measure j2 "${prep_cmd[@]}"
+  prep 1 "$hf_tokenizer"
+  measure jh "${prep_cmd[@]}"
 done
 spm_s=${best[spm]} spm_cpu=${cpu[spm]}
 j1_s=${best[j1]} j1_own=${own[j1]} j1_cpu=${cpu[j1]}
 j2_s=${best[j2]} j2_own=${own[j2]} j2_cpu=${cpu[j2]}
+jh_s=${best[jh]} jh_own=${own[jh]} jh_cpu=${cpu[jh]}
 echo "load after:  $(uptime | sed 's/.*load average/load average/')"
 
 text_mb=$(echo "$text_bytes / 1000000" | bc -l)
@@ -144,6 +165,9 @@ printf "%-26s %5s %8s %8s %6s %6s %10s %13s\n" "" cores "MB text" "wall s" "own 
 row "spm_encode (1 thread)" 1 "$spm_s" "-" "$spm_cpu"
 row "jumbo prepare, 1 rank" 1 "$j1_s" "$j1_own" "$j1_cpu"
 row "jumbo prepare, 2 ranks" 2 "$j2_s" "$j2_own" "$j2_cpu"
+row "tokenizer.json, 1 rank" 1 "$jh_s" "$jh_own" "$jh_cpu"
+echo "tokenizer.json: $hf_tokenizer, $((hf_tokens - jumbo_docs)) tokens (+ $jumbo_docs EOS);" \
+  "its MB/s/core is $(printf %.2f "$(echo "$j1_s / $jh_s" | bc -l)")x the SentencePiece path's (1 rank)"
 printf "speed-up 2 ranks / 1 rank: %.2fx wall" "$(echo "$j1_s / $j2_s" | bc -l)"
 if [[ $j1_own != - && $j2_own != - ]] && (( $(echo "$j2_own > 0" | bc -l) )); then
   printf ", %.2fx by jumbo's own timer" "$(echo "$j1_own / $j2_own" | bc -l)"

@@ -17,6 +17,7 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
   data->require_subcommand(1);
 
   add_tokenizer_verbs(*data, run);
+  add_chat_template_verbs(*data, run);
 
   auto popts = std::make_shared<PrepareOptions>();
   auto part_mb = std::make_shared<int64_t>(256);
@@ -27,7 +28,9 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
   prep->add_option("-i,--input", popts->inputs,
                    ".jsonl or text files, or quoted patterns ('corpus/*.jsonl')")
       ->required();
-  prep->add_option("-t,--tokenizer", popts->tokenizer, "SentencePiece .model")->required();
+  prep->add_option("-t,--tokenizer", popts->tokenizer,
+                   "SentencePiece .model or Hugging Face tokenizer.json (byte-level BPE)")
+      ->required();
   prep->add_option("-o,--output", popts->output_prefix,
                    "writes PREFIX.parts and PREFIX.part-NNNNNN.bin/.idx")
       ->required();
@@ -43,7 +46,8 @@ void add_data_verb(CLI::App& app, VerbRunner& run) {
           "lines, the loss on the completion and EOS only (docs/data-format.md)")
       ->default_str("text");
   prep->add_option("--chat-template", popts->chat_template,
-                   "with --format prompt-completion: a chat template TOML that makes "
+                   "with --format prompt-completion: a chat template (jumbo's TOML, a model's "
+                   "tokenizer_config.json or a .jinja file) that makes "
                    "{\"messages\": [...]} lines examples (the last assistant reply is the "
                    "completion; docs/data-format.md)");
   prep->add_option("--part-mb", *part_mb, "MiB of input per part (the unit of work)")

@@ -1,11 +1,13 @@
-// `jumbo data tokenizer` (train a SentencePiece tokenizer on a bounded sample of the inputs)
-// and `jumbo data inspect-tokenizer` (what a trained vocabulary holds).
+// `jumbo data tokenizer` (train a SentencePiece tokenizer on a bounded sample of the inputs),
+// `jumbo data inspect-tokenizer` (what a trained vocabulary holds) and `jumbo data tokenize`
+// (each document's token ids, to check a tokenizer against another implementation).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -121,7 +123,7 @@ void add_inspect(CLI::App& data, VerbRunner& run) {
       "tokens per word (whitespace-separated) and bytes per token of a text, and with --task "
       "how often a multiple-choice task's pairs encoded whole put a piece across the "
       "context/continuation seam");
-  ins->add_option("model", a->model, "SentencePiece .model")->required();
+  ins->add_option("model", a->model, "SentencePiece .model or tokenizer.json")->required();
   ins->add_option("--sample", a->sample, ".jsonl (key \"text\") or text file to encode");
   ins->add_option("--task", a->task,
                   "multiple-choice JSONL (jumbo eval --task): count the pairs whose whole "
@@ -160,11 +162,48 @@ void add_inspect(CLI::App& data, VerbRunner& run) {
   });
 }
 
+void add_tokenize(CLI::App& data, VerbRunner& run) {
+  struct Args {
+    std::string tokenizer, input, key = "text";
+    bool decode = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = data.add_subcommand(
+      "tokenize",
+      "print each document's token ids as a JSON line {\"ids\": [...]}, as `data prepare` "
+      "encodes it but without the EOS after it (no BOS or other special token is added)");
+  cmd->add_option("-t,--tokenizer", a->tokenizer, "SentencePiece .model or tokenizer.json")
+      ->required();
+  cmd->add_option("-i,--input", a->input, ".jsonl (one document a line) or a text file (one "
+                                          "document)")
+      ->required();
+  cmd->add_option("--json-key", a->key, "document key in .jsonl")->capture_default_str();
+  cmd->add_flag("--decode", a->decode,
+                "also print \"text\": the ids decoded (equal to the document for valid UTF-8)");
+  cmd->callback([&run, a] {
+    run = [a] {
+      const Tokenizer tok(a->tokenizer);
+      std::string line;
+      for_each_input_document(a->input, a->key, [&](const std::string& doc, int64_t) {
+        const std::vector<int32_t> ids = tok.encode(doc);
+        nlohmann::json out{{"ids", ids}};
+        if (a->decode) out["text"] = tok.decode(ids);
+        line = out.dump();
+        line += '\n';
+        std::fwrite(line.data(), 1, line.size(), stdout);
+      });
+      std::fflush(stdout);
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 
 void add_tokenizer_verbs(CLI::App& data, VerbRunner& run) {
   add_train(data, run);
   add_inspect(data, run);
+  add_tokenize(data, run);
 }
 
 }  // namespace jumbo::cli

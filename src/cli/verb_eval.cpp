@@ -24,22 +24,13 @@ struct Args {
   ClozeScoring scoring = ClozeScoring::whole;
 };
 
-// The UTF-8 bytes each token stands for: a learned piece with "▁" as one space, a byte piece
-// one byte, control and unknown pieces none.
+// The UTF-8 bytes each token stands for (Tokenizer::token_bytes): a learned piece with "▁" as
+// one space, a byte piece one byte, a byte-level BPE token its bytes, control and unknown
+// pieces none.
 std::vector<int32_t> piece_bytes(const Tokenizer& tok) {
   std::vector<int32_t> out(static_cast<size_t>(tok.vocab_size()), 0);
-  const std::string space = "\xe2\x96\x81";
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    const std::string p = tok.piece(id);
-    if (tok.is_learned(id)) {
-      int32_t n = 0;
-      for (size_t i = 0; i < p.size(); ++n) {
-        i += p.compare(i, space.size(), space) == 0 ? space.size() : 1;
-      }
-      out[static_cast<size_t>(id)] = n;
-    } else if (p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>') {
-      out[static_cast<size_t>(id)] = 1;
-    }
+    out[static_cast<size_t>(id)] = static_cast<int32_t>(tok.token_bytes(id).size());
   }
   return out;
 }

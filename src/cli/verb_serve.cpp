@@ -95,7 +95,8 @@ int run_serve(Args a) {
   const std::string& stored = s.checkpoint.manifest.chat_template;
   if (!a.serve.chat_template && !stored.empty()) {
     try {
-      a.serve.chat_template = parse_chat_template(stored, s.checkpoint.dir + " (data.chat_template)");
+      a.serve.chat_template =
+          parse_stored_chat_template(stored, s.checkpoint.dir + " (data.chat_template)");
     } catch (const UserError&) {
       engine.stop_followers();
       throw;
@@ -124,7 +125,8 @@ void add_serve_verb(CLI::App& app, VerbRunner& run) {
                   "require \"Authorization: Bearer KEY\" on every route but /health (repeatable)");
   cmd->add_option("--api-key-file", a->api_key_file, "API keys, one a line (# comments)");
   cmd->add_option("--chat-template", a->chat_template,
-                  "a chat template TOML for /v1/chat/completions (default: the checkpoint's "
+                  "a chat template for /v1/chat/completions: jumbo's TOML, a Hugging Face "
+                  "tokenizer_config.json or a .jinja file (default: the checkpoint's "
                   "data.chat_template)");
   cmd->add_option("--tls-cert", a->serve.tls_cert, "PEM certificate: serve HTTPS (with --tls-key)");
   cmd->add_option("--tls-key", a->serve.tls_key, "PEM private key of --tls-cert");

@@ -11,8 +11,11 @@ using VerbRunner = std::function<int()>;
 void add_train_verb(CLI::App& app, VerbRunner& run);
 void add_info_verb(CLI::App& app, VerbRunner& run);
 void add_data_verb(CLI::App& app, VerbRunner& run);
-// `jumbo data tokenizer` and `jumbo data inspect-tokenizer` (verb_data_tokenizer.cpp).
+// `jumbo data tokenizer`, `jumbo data inspect-tokenizer` and `jumbo data tokenize`
+// (verb_data_tokenizer.cpp).
 void add_tokenizer_verbs(CLI::App& data, VerbRunner& run);
+// `jumbo data render-chat` (verb_data_chat.cpp).
+void add_chat_template_verbs(CLI::App& data, VerbRunner& run);
 void add_bench_verb(CLI::App& app, VerbRunner& run);
 void add_ckpt_verb(CLI::App& app, VerbRunner& run);
 void add_plot_verb(CLI::App& app, VerbRunner& run);

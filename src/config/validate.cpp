@@ -270,7 +270,8 @@ void check_data(const Checks& c, const RunConfig& cfg) {
             "data.valid is empty but train.eval_every = {}: set data.valid or train.eval_every "
             "= 0",
             cfg.train.eval_every);
-  c.require(!d.tokenizer.empty(), "data.tokenizer is empty: expected a SentencePiece .model file");
+  c.require(!d.tokenizer.empty(),
+            "data.tokenizer is empty: expected a SentencePiece .model or a tokenizer.json file");
 }
 
 void check_checkpoint(const Checks& c, const CheckpointConfig& k) {

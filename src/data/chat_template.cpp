@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 #include <toml++/toml.h>
 
 #include "jumbo/config/config.h"
@@ -33,6 +31,12 @@ std::string fill(const std::string& format, const std::string& content) {
 
 }  // namespace
 
+// chat_template_hf.cpp: the jinja kind.
+std::string render_jinja_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt);
+std::string jinja_training_example(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                                   std::string& prompt, std::string& completion);
+
 std::optional<ChatRole> chat_role_of(std::string_view name) {
   if (name == "system" || name == "developer") return ChatRole::system;
   if (name == "user") return ChatRole::user;
@@ -49,6 +53,7 @@ std::string ChatTemplate::training_example(const std::vector<ChatMessage>& messa
     if (!has_role(m.role)) return fmt::format("the chat template {} has no system role", source);
   }
   if (messages.back().content.empty()) return "the last assistant message is empty";
+  if (kind == ChatTemplateKind::jinja) return jinja_training_example(*this, messages, prompt, completion);
   const std::string reply = fill(assistant, messages.back().content);
   if (!reply.starts_with(generation_prompt)) {
     return fmt::format("the chat template {}: its assistant format does not start with its "
@@ -62,6 +67,7 @@ std::string ChatTemplate::training_example(const std::vector<ChatMessage>& messa
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt) const {
+  if (kind == ChatTemplateKind::jinja) return render_jinja_chat(*this, messages, add_generation_prompt);
   std::string out;
   for (const ChatMessage& m : messages) {
     switch (m.role) {
@@ -109,14 +115,6 @@ ChatTemplate parse_chat_template(const std::string& toml_text, const std::string
     }
   }
   return c;
-}
-
-ChatTemplate load_chat_template(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(fmt::format("chat template {}: cannot open the file", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_chat_template(text.str(), path);
 }
 
 }  // namespace jumbo

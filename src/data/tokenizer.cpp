@@ -1,11 +1,11 @@
 // SentencePiece tokenizer: option checks, training through the C++ trainer API on the sample
-// (sentences are handed over from memory, no temporary text file), loading/encoding with
-// SentencePieceProcessor, and inspection of a trained vocabulary.
+// (sentences are handed over from memory, no temporary text file); the Tokenizer facade
+// (a SentencePiece .model or a tokenizer.json: tokenizer_model.h), and inspection of a
+// vocabulary.
 #include "jumbo/data/tokenizer.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
@@ -159,55 +159,36 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& opts) {
   return report;
 }
 
-Tokenizer::Tokenizer(const std::string& model_path)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_path) {
+Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {
   std::ifstream in(model_path, std::ios::binary);
   if (!in) {
     throw UserError(
         fmt::format("{}: cannot open tokenizer model (does the file exist?)", model_path));
   }
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  const auto status = sp_->LoadFromSerializedProto(bytes);
-  if (!status.ok()) {
-    throw UserError(fmt::format("{}: not a SentencePiece model ({} bytes): {}", model_path,
-                                bytes.size(), status.ToString()));
-  }
-  if (sp_->eos_id() < 0) {
-    throw UserError(
-        fmt::format("{}: the tokenizer has no EOS piece; documents need one", model_path));
-  }
+  model_ = looks_like_tokenizer_json(bytes) ? load_tokenizer_json(model_path, bytes)
+                                            : load_sentencepiece_model(model_path, bytes);
   fingerprint_ = fnv1a64(bytes);
 }
 
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
-int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
-std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
-bool Tokenizer::is_learned(int32_t id) const {
-  return !sp_->IsControl(id) && !sp_->IsUnknown(id) && !sp_->IsByte(id) && !sp_->IsUnused(id);
+TokenizerKind Tokenizer::kind() const { return model_->kind(); }
+int64_t Tokenizer::vocab_size() const { return model_->vocab_size(); }
+int32_t Tokenizer::eos_id() const { return model_->eos_id(); }
+int32_t Tokenizer::bos_id() const { return model_->bos_id(); }
+std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
+  return model_->token_id(text);
 }
-
+std::string Tokenizer::piece(int32_t id) const { return model_->piece(id); }
+bool Tokenizer::is_learned(int32_t id) const { return model_->is_learned(id); }
+std::string Tokenizer::token_bytes(int32_t id) const { return model_->token_bytes(id); }
 std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
-  std::vector<int> ids;
-  const auto status = sp_->Encode(text, &ids);
-  if (!status.ok()) {
-    throw UserError(fmt::format("{}: cannot encode text of {} bytes: {}", path_, text.size(),
-                                status.ToString()));
-  }
-  return {ids.begin(), ids.end()};
+  return model_->encode(text);
 }
-
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string text;
-  const std::vector<int> as_int(ids.begin(), ids.end());
-  const auto status = sp_->Decode(as_int, &text);
-  if (!status.ok()) {
-    throw UserError(
-        fmt::format("{}: cannot decode {} ids: {}", path_, ids.size(), status.ToString()));
-  }
-  return text;
+  return model_->decode(ids);
 }
 
 namespace {
@@ -222,6 +203,8 @@ bool is_byte_piece(const Tokenizer& tokenizer, int32_t id) {
 
 std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text) {
   if (text.empty()) return {};
+  // Byte-level BPE marks no word start: a text encodes the same anywhere.
+  if (tokenizer.kind() != TokenizerKind::sentencepiece) return tokenizer.encode(text);
   // A character outside the vocabulary (a byte-fallback character: no piece holds it) ends
   // every piece before it, so what follows is segmented as if the text began there; encode
   // puts its word-start mark before the sentinel, not before the text.
@@ -258,7 +241,10 @@ TokenizerInspection inspect_tokenizer(const std::string& model_path, const std::
       continue;
     }
     ++r.learned;
-    const std::string p = tok.piece(id);
+    // A byte-level BPE token reads as the text it decodes to (a cut character as U+FFFD).
+    const std::string p = tok.kind() == TokenizerKind::sentencepiece
+                              ? tok.piece(id)
+                              : sanitize_utf8(tok.token_bytes(id));
     // Searching from byte 1 finds a "▁" after the first character: a lead byte never sits
     // inside another character.
     if (p.find(boundary, 1) != std::string::npos) ++r.multi_word;
@@ -267,8 +253,13 @@ TokenizerInspection inspect_tokenizer(const std::string& model_path, const std::
   const size_t top = std::min(by_length.size(), static_cast<size_t>(std::max(top_pieces, 0)));
   std::partial_sort(by_length.begin(), by_length.begin() + static_cast<std::ptrdiff_t>(top),
                     by_length.end());
-  for (size_t i = 0; i < top; ++i)
-    r.longest.push_back({tok.piece(by_length[i].second), -by_length[i].first});
+  for (size_t i = 0; i < top; ++i) {
+    const int32_t id = by_length[i].second;
+    r.longest.push_back({tok.kind() == TokenizerKind::sentencepiece
+                             ? tok.piece(id)
+                             : sanitize_utf8(tok.token_bytes(id)),
+                         -by_length[i].first});
+  }
 
   if (sample.empty()) return r;
   r.sample = sample;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "jumbo/data/jinja.h"
 #include "jumbo/infer/completion_text.h"
 
 namespace jumbo::serve {
@@ -98,7 +99,15 @@ std::string chat_prompt_text(const json& body, const ServedModel& model) {
                                 model.name));
   }
   const ChatTemplate& tmpl = *model.chat_template;
-  const std::string text = tmpl.render(messages_of(body, tmpl), true);
+  std::string text;
+  try {
+    text = tmpl.render(messages_of(body, tmpl), true);
+  } catch (const jinja::RaisedException& e) {
+    bad("messages", e.what());  // the template refuses the conversation, in its own words
+  } catch (const jinja::RenderError& e) {
+    bad("messages", fmt::format("this model's chat template ({}) cannot render the conversation: {}",
+                                tmpl.source, e.what()));
+  }
   if (static_cast<int64_t>(text.size()) > model.max_prompt_bytes) {
     bad("messages", fmt::format("the conversation's {} bytes cannot fit the model's context of {} "
                                 "tokens (at most {} bytes)", text.size(),

@@ -15,7 +15,8 @@ CompletionRequest parse_chat_request(const std::string& body, const ServedModel&
                                      const Tokenizer& tokenizer);
 
 // The text a body's "messages" become through the model's template (generation prompt
-// added), for /v1/chat/completions and /tokenize. 400 naming `messages` without a template.
+// added), for /v1/chat/completions and /tokenize. 400 naming `messages` without a template,
+// and when a Jinja template refuses the conversation (its raise_exception's message) or fails.
 std::string chat_prompt_text(const json& body, const ServedModel& model);
 
 json chat_response(const ResponseHead& head, const std::vector<ChoiceState>& sequences,

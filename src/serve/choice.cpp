@@ -1,19 +1,28 @@
 #include "choice.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace jumbo::serve {
 
 std::string token_text(const Tokenizer& tokenizer, int32_t id) {
-  std::string piece = tokenizer.piece(id);
-  static const std::string kSpaceMark = "\xE2\x96\x81";
+  // Control and byte pieces, and added tokens, read as stored ("<0x0A>", "</s>", "<|eot_id|>").
+  if (!tokenizer.is_learned(id)) return tokenizer.piece(id);
+  // A learned token: the bytes it decodes to ("▁" a space); a byte-level token that holds part
+  // of a character shows that part's bytes as byte pieces do ("<0xE2>"), so the key is JSON.
+  const std::string bytes = tokenizer.token_bytes(id);
+  if (is_valid_utf8(bytes)) return bytes;
   std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
-      out += ' ';
-      i += kSpaceMark.size();
+  for (size_t i = 0; i < bytes.size();) {
+    size_t n = 1;
+    while (i + n <= bytes.size() && n <= 4 && !is_valid_utf8(bytes.substr(i, n))) ++n;
+    if (i + n <= bytes.size() && n <= 4) {
+      out += bytes.substr(i, n);
+      i += n;
     } else {
-      out += piece[i++];
+      out += fmt::format("<0x{:02X}>", static_cast<unsigned char>(bytes[i]));
+      ++i;
     }
   }
   return out;

@@ -35,8 +35,9 @@ struct TokenEntry {
   int64_t text_offset = 0;       // characters of the choice's text before it
 };
 
-// How a token id reads as an alternative: its piece with "▁" as a space; byte pieces as
-// stored ("<0x0A>"), so every key is one token.
+// How a token id reads as an alternative: a learned token's bytes (Tokenizer::token_bytes: "▁"
+// as a space), bytes that are not whole UTF-8 characters as "<0xE2>"; byte pieces, control
+// pieces and added tokens as stored ("<0x0A>", "<|eot_id|>"), so every key is one token.
 std::string token_text(const Tokenizer& tokenizer, int32_t id);
 
 class ChoiceState {

@@ -35,11 +35,14 @@ class Listener : public Base {
   bool widen_backlog(int backlog) { return ::listen(this->svr_sock_, backlog) == 0; }
 };
 
-// The longest piece's bytes: a text longer than context x this cannot fit the context.
+// The longest piece's bytes: a text longer than context x this cannot fit the context. A
+// stored piece is never shorter than the bytes it decodes to ("▁" is 3 bytes for 1, a
+// byte-level character 1 or 2); token_bytes too, so the bound holds for any tokenizer.
 int64_t longest_piece_bytes(const Tokenizer& tokenizer) {
   size_t longest = 1;
   for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    longest = std::max(longest, tokenizer.piece(static_cast<int32_t>(id)).size());
+    const auto i = static_cast<int32_t>(id);
+    longest = std::max({longest, tokenizer.piece(i).size(), tokenizer.token_bytes(i).size()});
   }
   return static_cast<int64_t>(longest);
 }

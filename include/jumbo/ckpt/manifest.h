@@ -67,7 +67,7 @@ struct Manifest {
   // sample index and says so) and the tokenizer.
   DataMixture data_train;
   std::string tokenizer;
-  std::string chat_template;  // data.chat_template's TOML, or ""
+  std::string chat_template;  // data.chat_template's stored text (TOML or Jinja's JSON), or ""
   InitialWeights init_from;
   // A LoRA run's checkpoint holds its adapters alone (rank > 0); the base is init_from's.
   LoraShape lora{};

@@ -1,15 +1,16 @@
 #pragma once
-// SentencePiece tokenizer: training from a bounded, seeded sample of the input text, encoding,
-// and inspection of a trained vocabulary. EOS separates documents.
+// Tokenizers: SentencePiece training from a bounded, seeded sample of the input text; the
+// Tokenizer facade over a SentencePiece .model or a Hugging Face byte-level BPE tokenizer.json
+// (tokenizer_model.h); inspection of a vocabulary. EOS separates documents.
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+#include "jumbo/data/tokenizer_model.h"
 
 namespace jumbo {
 
@@ -94,27 +95,44 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& opts);
 void for_each_input_document(const std::string& path, const std::string& json_key,
                              const std::function<void(const std::string&, int64_t)>& fn);
 
+// A SentencePiece .model, or a Hugging Face tokenizer.json (a file whose first non-space byte
+// is '{'; byte-level BPE only: GPT-2, Llama 3, Qwen 2.5 without its NFC normalizer; see
+// docs/data-format.md). encode never adds BOS or any other special token (a tokenizer.json's
+// post_processor is recorded, not applied); text that is not valid UTF-8 is encoded by a
+// tokenizer.json as if each maximal invalid subsequence were U+FFFD (WHATWG).
 class Tokenizer {
  public:
-  // Throws UserError naming the file if it is missing or not a SentencePiece model.
+  // Throws UserError naming the file if it is missing, not a SentencePiece model, or a
+  // tokenizer.json with anything jumbo does not support (naming the field and value).
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
+  TokenizerKind kind() const;
+  // Max id + 1.
   int64_t vocab_size() const;
   int32_t eos_id() const;
+  // -1 when none (SentencePiece: its <s> piece; tokenizer.json: tokenizer_config.json's
+  // bos_token). encode never adds it.
+  int32_t bos_id() const;
+  // The id of the token stored as `text` (a piece, or an added token's content).
+  std::optional<int32_t> token_id(std::string_view text) const;
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
-  // The piece as stored ("▁of▁the"), and whether it was learned from text (not a control,
-  // unknown, byte or unused piece).
+  // The piece as stored ("▁of▁the", "Ġthe", "<|eot_id|>"), and whether it was learned from
+  // text (not a control, unknown, byte or unused piece; not a tokenizer.json added token).
   std::string piece(int32_t id) const;
   bool is_learned(int32_t id) const;
+  // The bytes the token contributes to a decoded text: "▁" as a space, a byte piece its byte,
+  // a byte-level BPE token its bytes (perhaps part of a UTF-8 character), an added token its
+  // content; SentencePiece's control and unknown pieces nothing.
+  std::string token_bytes(int32_t id) const;
   // FNV-1a 64 of the model file's bytes: stored in a dataset's header, so a dataset is only
   // used with the tokenizer that made it.
   uint64_t fingerprint() const { return fingerprint_; }
   const std::string& path() const { return path_; }
 
  private:
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<TokenizerModel> model_;
   uint64_t fingerprint_ = 0;
   std::string path_;
 };
@@ -124,7 +142,8 @@ class Tokenizer {
 // of its characters alone, without the word-start mark `encode` puts before a text (so
 // " press" is "▁press", and "ing" has no "▁"). decode(prefix + these) == decode(prefix) + text
 // for a non-empty prefix. Throws UserError if the tokenizer has no character to force the
-// boundary with (none of "\n", U+0001, U+E000 outside its vocabulary).
+// boundary with (none of "\n", U+0001, U+E000 outside its vocabulary). A tokenizer.json puts
+// no mark before a text: this is encode(text).
 std::vector<int32_t> encode_after_boundary(const Tokenizer& tokenizer, const std::string& text);
 
 // `jumbo data inspect-tokenizer`. A multi-word piece holds "▁" (a word boundary) after its

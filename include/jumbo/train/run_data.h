@@ -41,7 +41,8 @@ class RunData {
   // "data: PREFIX (N tokens, M samples of S), tokenizer T", one part per blended dataset.
   std::string describe() const;
 
-  // data.chat_template's TOML (checked when the run starts), or "".
+  // data.chat_template's stored text (TOML, or a Jinja template's JSON; checked when the run
+  // starts), or "".
   const std::string& chat_template_text() const { return chat_template_text_; }
 
  private:
