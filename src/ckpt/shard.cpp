@@ -8,6 +8,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -228,6 +230,87 @@ ShardReader::ShardReader(const std::vector<char>& image, std::string name) : nam
   file_ = H5LTopen_file_image(const_cast<char*>(image.data()), image.size(),
                               H5LT_FILE_IMAGE_DONT_COPY | H5LT_FILE_IMAGE_DONT_RELEASE);
   if (file_ < 0) throw UserError(fmt::format("{}: not a readable HDF5 file", name_));
+}
+
+ShardReader::ShardReader(const LocalFile& file, std::string name) : name_(std::move(name)) {
+  quiet_hdf5();
+  file_ = H5Fopen(file.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) throw UserError(fmt::format("{}: not a readable HDF5 file", name_));
+}
+
+uint32_t local_file_crc32(const std::string& path, int64_t& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw UserError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  std::vector<unsigned char> block(size_t{8} << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  bytes = 0;
+  size_t n = 0;
+  while ((n = std::fread(block.data(), 1, block.size(), f)) > 0) {
+    crc = crc32(crc, block.data(), static_cast<uInt>(n));
+    bytes += static_cast<int64_t>(n);
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw UserError(fmt::format("{}: read error", path));
+  return static_cast<uint32_t>(crc);
+}
+
+ShardFileWriter::ShardFileWriter(const std::string& path,
+                                 const std::vector<std::pair<std::string, int64_t>>& file_attrs)
+    : path_(path) {
+  quiet_hdf5();
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0) {
+    throw UserError(fmt::format("{}: cannot create the shard file ({})", path,
+                                std::strerror(errno)));
+  }
+  for (const auto& [name, value] : file_attrs) write_i64_attr(file_, name.c_str(), {value}, name);
+}
+
+ShardFileWriter::~ShardFileWriter() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+void ShardFileWriter::add_piece_with_zero_moments(const TensorPiece& p, const float* master) {
+  std::vector<hsize_t> dims;
+  if (p.whole()) {
+    for (int64_t d : p.shape) dims.push_back(static_cast<hsize_t>(d));
+  } else {
+    dims.push_back(static_cast<hsize_t>(p.count()));
+  }
+  H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+  H5Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
+  H5Pset_create_intermediate_group(lcpl.id, 1);
+  // Storage allocated at the first write, and the moments never written: no bytes on disk.
+  H5Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+  const float zero = 0.0f;
+  check(H5Pset_fill_value(dcpl.id, H5T_NATIVE_FLOAT, &zero), "H5Pset_fill_value", p.name);
+  check(H5Pset_alloc_time(dcpl.id, H5D_ALLOC_TIME_LATE), "H5Pset_alloc_time", p.name);
+  check(H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_IFSET), "H5Pset_fill_time", p.name);
+  for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
+    const std::string ds_name = p.dataset(kCheckpointStates[s]);
+    H5Handle ds{H5Dcreate2(file_, ds_name.c_str(), H5T_IEEE_F32LE, space.id, lcpl.id, dcpl.id,
+                           H5P_DEFAULT), H5Dclose};
+    check(ds.id, "H5Dcreate2", ds_name);
+    if (s == 0 && H5Dwrite(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, master) < 0) {
+      throw UserError(fmt::format("{}: cannot write dataset '{}' (is the disk full?)", path_,
+                                  ds_name));
+    }
+    write_i64_attr(ds.id, "global_shape", p.global_shape, ds_name);
+    write_i64_attr(ds.id, "offset", p.offset, ds_name);
+    write_i64_attr(ds.id, "shape", p.shape, ds_name);
+    write_i64_attr(ds.id, "flat_range", {p.flat_begin, p.flat_end}, ds_name);
+  }
+}
+
+void ShardFileWriter::close() {
+  if (file_ < 0) return;
+  const herr_t flushed = H5Fflush(file_, H5F_SCOPE_GLOBAL);
+  const herr_t closed = H5Fclose(file_);
+  file_ = -1;
+  if (flushed < 0 || closed < 0) {
+    throw UserError(fmt::format("{}: cannot write the shard file (is the disk full?)", path_));
+  }
 }
 
 ShardReader::~ShardReader() {

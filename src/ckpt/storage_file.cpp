@@ -36,6 +36,9 @@ class FileStorage final : public Storage {
     }
   }
 
+  std::optional<std::string> local_path(const std::string& key) const override {
+    return (root_ / key).string();
+  }
   std::string url(const std::string& key) const override {
     return key.empty() ? root_.string() : (root_ / key).string();
   }

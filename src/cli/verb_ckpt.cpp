@@ -2,6 +2,7 @@
 // directory or a checkpoint root (its `latest`), local or s3:// (S3 settings from the AWS_*
 // environment variables only). inspect, export and import run in one process, without mpirun.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
@@ -54,19 +55,26 @@ void add_inspect(CLI::App& ckpt, VerbRunner& run) {
 
 void add_export(CLI::App& ckpt, VerbRunner& run) {
   struct Args {
-    std::string path, format, output, dtype = "f32", tokenizer;
+    std::string path, format, output, dtype = "f32", tokenizer, max_shard_size = "5GB";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = ckpt.add_subcommand("export", "write the master weights of full tensors for "
-                                                "use outside jumbo: one safetensors file, or a "
-                                                "Hugging Face GPT-2 directory");
+                                                "use outside jumbo: one safetensors file, a "
+                                                "Hugging Face directory (Llama family or GPT-2) "
+                                                "or a PEFT adapter");
   cmd->add_option("path", args->path, "checkpoint directory, or a root holding `latest`")
       ->required();
   cmd->add_option("--format", args->format,
-                  "safetensors (jumbo's names, one file) or hf-gpt2 (a Hugging Face GPT-2 "
-                  "directory: config.json, model.safetensors, tokenizer)")->required();
+                  "safetensors (jumbo's names, one file), hf (a Hugging Face Llama, Mistral or "
+                  "Qwen2 directory: config.json, sharded safetensors, tokenizer; a LoRA "
+                  "checkpoint merged), peft (a LoRA checkpoint's adapters as PEFT's "
+                  "adapter_config.json + adapter_model.safetensors) or hf-gpt2 (a Hugging Face "
+                  "GPT-2 directory)")->required();
   cmd->add_option("-o,--output", args->output,
-                  "the file (safetensors) or directory (hf-gpt2) to write")->required();
+                  "the file (safetensors) or directory (hf, peft, hf-gpt2) to write")->required();
+  cmd->add_option("--max-shard-size", args->max_shard_size,
+                  "hf: the largest safetensors file, as transformers' max_shard_size (\"5GB\", "
+                  "\"500MB\", or bytes)")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "f32 or bf16 (rounded to nearest even)")
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,
@@ -75,10 +83,17 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
   cmd->callback([&run, args] {
     run = [args] {
       const bool hf = args->format == "hf-gpt2";
-      if (!hf && args->format != "safetensors") {
+      const bool llama = args->format == "hf" || args->format == "peft";
+      if (!hf && !llama && args->format != "safetensors") {
         // "the only format is safetensors" stays a prefix: tests/ckpt/tools.sh matches it.
         throw UserError(fmt::format("jumbo ckpt export: --format {}: the only format is "
-                                    "safetensors or hf-gpt2", args->format));
+                                    "safetensors, hf, peft or hf-gpt2", args->format));
+      }
+      const int64_t max_shard = parse_shard_size(args->max_shard_size);
+      if (max_shard <= 0) {
+        throw UserError(fmt::format("jumbo ckpt export: --max-shard-size {}: expected a size "
+                                    "such as 5GB, 500MB or a number of bytes",
+                                    args->max_shard_size));
       }
       if (args->dtype != "f32" && args->dtype != "bf16") {
         throw UserError(fmt::format("jumbo ckpt export: --dtype {}: expected f32 or bf16",
@@ -93,6 +108,26 @@ void add_export(CLI::App& ckpt, VerbRunner& run) {
       auto secs = [&t0] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       };
+      if (llama) {
+        const HfExportOptions o{args->output, args->dtype, max_shard};
+        const HfExportStats s = args->format == "hf" ? export_hf(ckpt, o) : export_peft(ckpt, o);
+        if (args->format == "hf") {
+          fmt::print("wrote {}: Hugging Face {} (config.json, {} safetensors file{}: {} tensors, "
+                     "{} parameters, {}; the tokenizer files; EOS id {}{}), from {} (step {}) "
+                     "in {:.1f} s\n", args->output, hf_architecture_name(s.architecture),
+                     s.files.size(), s.files.size() == 1 ? "" : "s", s.tensors, s.parameters,
+                     args->dtype, s.eos_id,
+                     s.merged_maps > 0 ? fmt::format("; {} LoRA maps merged", s.merged_maps) : "",
+                     ckpt.storage->url(ckpt.dir), ckpt.manifest.progress.step, secs());
+        } else {
+          fmt::print("wrote {}: PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors:"
+                     " {} tensors, {} parameters, r {}, alpha {}), from {} (step {}) in {:.1f} s\n",
+                     args->output, s.tensors, s.parameters, ckpt.manifest.lora.rank,
+                     ckpt.manifest.lora.alpha, ckpt.storage->url(ckpt.dir),
+                     ckpt.manifest.progress.step, secs());
+        }
+        return 0;
+      }
       if (hf) {
         const HfGpt2Stats s =
             export_hf_gpt2(ckpt, {args->output, args->dtype, args->tokenizer});
@@ -122,10 +157,13 @@ void add_import(CLI::App& ckpt, VerbRunner& run) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = ckpt.add_subcommand("import", "write a checkpoint (step 0, tp 1 x pp 1 x dp 1) "
-                                                "from a Hugging Face GPT-2 directory");
-  cmd->add_option("dir", args->source, "the GPT-2 directory: config.json, model.safetensors "
-                                       "and tokenizer.model")->required();
-  cmd->add_option("--format", args->format, "hf-gpt2 (a Hugging Face GPT-2 directory)")
+                                                "from a Hugging Face directory (Llama, Mistral, "
+                                                "Qwen2 or GPT-2)");
+  cmd->add_option("dir", args->source, "the Hugging Face directory: config.json, "
+                                       "model.safetensors (or its index and shards), the "
+                                       "tokenizer")->required();
+  cmd->add_option("--format", args->format, "hf (LlamaForCausalLM, MistralForCausalLM, "
+                                            "Qwen2ForCausalLM) or hf-gpt2 (GPT-2)")
       ->required();
   cmd->add_option("-o,--output", args->output,
                   "the checkpoint root to create (missing or empty): receives step_00000000/ "
@@ -135,11 +173,33 @@ void add_import(CLI::App& ckpt, VerbRunner& run) {
                   "when DIR holds only GPT-2's BPE files; its vocabulary must be vocab_size");
   cmd->callback([&run, args] {
     run = [args] {
-      if (args->format != "hf-gpt2") {
-        throw UserError(fmt::format("jumbo ckpt import: --format {}: the only format is hf-gpt2",
+      if (args->format != "hf-gpt2" && args->format != "hf") {
+        throw UserError(fmt::format("jumbo ckpt import: --format {}: expected hf or hf-gpt2",
                                     args->format));
       }
       const auto t0 = std::chrono::steady_clock::now();
+      if (args->format == "hf") {
+        if (!args->tokenizer.empty()) {
+          throw UserError("jumbo ckpt import: --tokenizer: only with --format hf-gpt2 (--format "
+                          "hf takes the model's own tokenizer.json or tokenizer.model)");
+        }
+        const HfImportStats s = import_hf({args->source, args->output});
+        if (!s.ignored.empty()) {
+          fmt::print("{}/config.json: ignored (they do not change the computation): {}\n",
+                     args->source, fmt::join(s.ignored, ", "));
+        }
+        const ModelConfig& m = s.model;
+        fmt::print("imported {}: {} of {} layers, d_model {}, {} heads ({} kv), ffn {}, vocab {} "
+                   "(padded {}), context {} ({} tensors from {} file{}, {} parameters, {}) to {} "
+                   "({:.1f} MiB; {}{}) in {:.1f} s\n", args->source,
+                   hf_architecture_name(s.architecture), m.layers, m.d_model, m.heads,
+                   m.kv_head_count(), m.ffn_dim(), m.vocab, m.padded_vocab(), m.context,
+                   s.tensors, s.files, s.files == 1 ? "" : "s", s.parameters, s.dtypes,
+                   s.checkpoint_dir, static_cast<double>(s.bytes) / (1 << 20),
+                   fmt::join(s.copied, ", "), s.chat_template ? "; its chat template recorded" : "",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return 0;
+      }
       const HfGpt2ImportStats s = import_hf_gpt2({args->source, args->output, args->tokenizer});
       const ModelConfig& m = s.model;
       fmt::print("imported {}: GPT-2 of {} layers, d_model {}, {} heads, ffn {}, vocab {} (padded "

@@ -569,31 +569,49 @@ ModelConfig load_model_config(const std::string& path) {
   return m;
 }
 
+namespace {
+
+// A field's value as TOML, as `describe` and model presets write it.
+std::string field_text(const Field& f, const void* p) {
+  switch (f.kind) {
+    case Kind::integer: return fmt::format("{}", *static_cast<const int64_t*>(p));
+    case Kind::seed: return fmt::format("{}", *static_cast<const uint64_t*>(p));
+    case Kind::number: return number_text(*static_cast<const double*>(p));
+    case Kind::string: return toml_quoted(*static_cast<const std::string*>(p));
+    case Kind::choice: return toml_quoted(f.choice->names[f.choice->get(p)]);
+    case Kind::boolean: return *static_cast<const bool*>(p) ? "true" : "false";
+    case Kind::mixture: return mixture_text(*static_cast<const DataMixture*>(p));
+    case Kind::integer_list: {
+      const auto& list = *static_cast<const std::vector<int64_t>*>(p);
+      std::string value = "[";
+      for (size_t i = 0; i < list.size(); ++i) value += fmt::format("{}{}", i ? ", " : "", list[i]);
+      return value + "]";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string describe(const RunConfig& cfg_in) {
   RunConfig cfg = cfg_in;  // addresses come from a mutable config; nothing is changed
   std::string out = fmt::format("# resolved run config, read from {}\n", cfg.source);
   for (const Section& s : schema()) {
     out += fmt::format("\n[{}]\n", s.name);
+    for (const Field& f : s.fields) out += fmt::format("{} = {}\n", f.key, field_text(f, f.address(cfg)));
+  }
+  return out;
+}
+
+std::string model_preset_toml(const ModelConfig& model) {
+  RunConfig cfg;
+  cfg.model = model;
+  std::string out;
+  for (const Section& s : schema()) {
+    if (s.name != "model") continue;
     for (const Field& f : s.fields) {
-      const void* p = f.address(cfg);
-      std::string value;
-      switch (f.kind) {
-        case Kind::integer: value = fmt::format("{}", *static_cast<const int64_t*>(p)); break;
-        case Kind::seed: value = fmt::format("{}", *static_cast<const uint64_t*>(p)); break;
-        case Kind::number: value = number_text(*static_cast<const double*>(p)); break;
-        case Kind::string: value = toml_quoted(*static_cast<const std::string*>(p)); break;
-        case Kind::choice: value = toml_quoted(f.choice->names[f.choice->get(p)]); break;
-        case Kind::boolean: value = *static_cast<const bool*>(p) ? "true" : "false"; break;
-        case Kind::mixture: value = mixture_text(*static_cast<const DataMixture*>(p)); break;
-        case Kind::integer_list: {
-          const auto& list = *static_cast<const std::vector<int64_t>*>(p);
-          value = "[";
-          for (size_t i = 0; i < list.size(); ++i) value += fmt::format("{}{}", i ? ", " : "", list[i]);
-          value += "]";
-          break;
-        }
-      }
-      out += fmt::format("{} = {}\n", f.key, value);
+      if (f.key == "preset") continue;  // a preset cannot name a preset
+      out += fmt::format("{} = {}\n", f.key, field_text(f, f.address(cfg)));
     }
   }
   return out;

@@ -468,27 +468,20 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   Layout layout;
   const GridCoords at{};
   const StagePlan plan = plan_stage(model, layout, StepShape{}, at);
-  std::vector<StatePiece> state = state_pieces(plan.params, plan.optimizer_ranges, StateUse::save);
+  std::vector<TensorPiece> pieces;
   std::map<std::string, const HfGpt2Tensor*> entries;
   for (const HfGpt2Tensor& t : table) entries[t.jumbo_name] = &t;
-  std::vector<std::vector<float>> masters;
-  std::vector<PieceData> pieces;
-  const std::vector<int64_t> qkv_order = hf_gpt2_qkv_order(model.d_model, model.heads);
-  for (StatePiece& sp : state) {
-    const auto entry = entries.find(sp.piece.name);
-    if (entry == entries.end()) {
+  for (StatePiece& sp : state_pieces(plan.params, plan.optimizer_ranges, StateUse::save)) {
+    if (!entries.count(sp.piece.name)) {
       throw std::logic_error(fmt::format("jumbo's tensor {} is not in hf_gpt2_table",
                                          sp.piece.name));
     }
-    std::vector<float>& master = masters.emplace_back(static_cast<size_t>(sp.piece.count()));
-    fill_piece(sp.piece, *entry->second, *sources.at(sp.piece.name), qkv_order, master.data());
-    pieces.push_back({std::move(sp.piece), {master.data(), nullptr, nullptr}});
-    entries.erase(entry);
+    pieces.push_back(std::move(sp.piece));
   }
-  if (!entries.empty()) {
-    throw std::logic_error(fmt::format("hf_gpt2_table's {} is not a tensor of jumbo's model",
-                                       entries.begin()->first));
+  if (pieces.size() != entries.size()) {
+    throw std::logic_error("hf_gpt2_table names a tensor that is not jumbo's model's");
   }
+  const std::vector<int64_t> qkv_order = hf_gpt2_qkv_order(model.d_model, model.heads);
   for (const HfGpt2Tensor& t : table) stats.parameters += shape_numel(t.jumbo_shape);
 
   stats.checkpoint_dir = (fs::path(opts.out_root) / checkpoint_dir_name(0)).string();
@@ -497,7 +490,12 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   header.precision = Precision::fp32;
   // The tokenizer beside the checkpoints, named by the manifest (data.tokenizer) as a run's.
   header.tokenizer = fs::absolute(fs::path(opts.out_root) / "tokenizer.model").lexically_normal().string();
-  stats.bytes = write_whole_checkpoint(opts.out_root, root_existed, std::move(pieces), std::move(header),
+  stats.bytes = write_whole_checkpoint(opts.out_root, root_existed, pieces,
+                                       [&](const TensorPiece& piece, float* master) {
+                                         fill_piece(piece, *entries.at(piece.name),
+                                                    *sources.at(piece.name), qkv_order, master);
+                                       },
+                                       std::move(header),
                                        {{"tokenizer.model", std::vector<char>(tokenizer.bytes.begin(), tokenizer.bytes.end())}});
   return stats;
 }

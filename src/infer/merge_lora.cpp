@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
 #include "jumbo/ckpt/checkpointer.h"
 #include "jumbo/ckpt/resolve.h"
 #include "jumbo/infer/whole_checkpoint.h"
+#include "jumbo/model/layer.h"
 #include "jumbo/model/lora.h"
 #include "jumbo/model/spec.h"
 #include "jumbo/parallel/stage_plan.h"
@@ -49,6 +51,24 @@ struct WholeStage {
 
 }  // namespace
 
+ColumnBlocks lora_delta_rows(const ModelConfig& model, LoraTarget target) {
+  // q, k and v adapt their rows of the grouped q/k/v weight (tp 1: the whole model's).
+  const bool qkv_part = target == LoraTarget::q || target == LoraTarget::k || target == LoraTarget::v;
+  return qkv_part ? lora_output_blocks(model_spec(model), target) : ColumnBlocks{};
+}
+
+void add_lora_delta(float* w, int64_t in, const float* a, const float* b, int64_t b_rows,
+                    int64_t r, float scale, const ColumnBlocks& part) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < b_rows; ++o) {
+    const int64_t row = part.block == 0 ? o : part.first + o / part.block * part.period + o % part.block;
+    for (int64_t k = 0; k < r; ++k) {
+      const float bk = scale * b[o * r + k];
+      for (int64_t i = 0; i < in; ++i) w[row * in + i] += bk * a[k * in + i];
+    }
+  }
+}
+
 LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& out_root,
                           const S3Options& s3) {
   const bool root_existed = check_new_checkpoint_root(out_root);
@@ -76,20 +96,11 @@ LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& ou
       float* w = weights.tensor(lora_base_name(layer, t), out, in);
       const float* a = adapters.tensor(lora_param_name(layer, t, false), r, in2);
       const float* b = adapters.tensor(lora_param_name(layer, t, true), out2, r2);
-      // q, k and v adapt their rows of the grouped q/k/v weight (tp 1: the whole model's).
-      const bool qkv_part = t == LoraTarget::q || t == LoraTarget::k || t == LoraTarget::v;
-      const ColumnBlocks part = qkv_part ? lora_output_blocks(model_spec(am.model), t) : ColumnBlocks{};
+      const ColumnBlocks part = lora_delta_rows(am.model, t);
       if (in2 != in || r2 != r || (part.block == 0 ? out2 != out : out2 % part.block != 0)) {
         throw std::logic_error("merge_lora: shapes");
       }
-#pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < out2; ++o) {
-        const int64_t row = part.block == 0 ? o : part.first + o / part.block * part.period + o % part.block;
-        for (int64_t k = 0; k < r; ++k) {
-          const float bk = scale * b[o * r + k];
-          for (int64_t i = 0; i < in; ++i) w[row * in + i] += bk * a[k * in + i];
-        }
-      }
+      add_lora_delta(w, in, a, b, out2, r, scale, part);
       ++stats.merged_maps;
     }
   }
@@ -100,8 +111,16 @@ LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& ou
   header.data_train = am.data_train;
   header.chat_template = am.chat_template;
   header.init_from = {stats.adapter, am.progress.step, weights_fingerprint(am)};
-  stats.bytes = write_whole_checkpoint(out_root, root_existed, std::move(weights.pieces),
-                                       std::move(header), {});
+  std::vector<TensorPiece> pieces;
+  for (const PieceData& pd : weights.pieces) pieces.push_back(pd.piece);
+  size_t next = 0;  // write_whole_checkpoint asks for the pieces in their order
+  stats.bytes = write_whole_checkpoint(
+      out_root, root_existed, pieces,
+      [&](const TensorPiece& piece, float* master) {
+        const PieceData& pd = weights.pieces.at(next++);
+        std::copy(pd.state[0], pd.state[0] + piece.count(), master);
+      },
+      std::move(header), {});
   stats.checkpoint_dir = (std::filesystem::path(out_root) / checkpoint_dir_name(0)).string();
   return stats;
 }

@@ -33,31 +33,39 @@ bool check_new_checkpoint_root(const std::string& root) {
 }
 
 int64_t write_whole_checkpoint(const std::string& root, bool root_existed,
-                               std::vector<PieceData> pieces, Manifest header,
+                               const std::vector<TensorPiece>& pieces, const MasterFill& fill,
+                               Manifest header,
                                const std::vector<std::pair<std::string, std::vector<char>>>& files) {
   int64_t largest = 0;
-  for (const PieceData& pd : pieces) largest = std::max(largest, pd.piece.count());
-  std::vector<float> zero_moments(static_cast<size_t>(largest), 0.0f);  // shared, only read
-  for (PieceData& pd : pieces) pd.state = {pd.state[0], zero_moments.data(), zero_moments.data()};
+  for (const TensorPiece& p : pieces) largest = std::max(largest, p.count());
   const std::string dir = checkpoint_dir_name(0);
   std::error_code ec;
-  fs::create_directories(root, ec);
+  fs::create_directories(fs::path(root) / dir, ec);
   if (ec) throw UserError(fmt::format("-o {}: cannot create the directory ({})", root, ec.message()));
   try {
     const std::unique_ptr<Storage> out = open_file_storage(root);
-    const std::vector<char> image =
-        build_shard_image(pieces, {{"step", 0}, {"format_version", kCheckpointFormatVersion}});
     const std::string shard = shard_file_name(GridCoords{});
-    out->write(join_dir(dir, shard), image.data(), image.size());
-    std::vector<TensorPiece> described;
-    for (const PieceData& pd : pieces) described.push_back(pd.piece);
-    const std::string record = shard_record_to_json(
-        {shard, static_cast<int64_t>(image.size()), file_crc32(image)}, described) + "\n";
+    const fs::path shard_path = fs::path(root) / dir / shard;
+    const std::string tmp = shard_path.string() + ".tmp";
+    {
+      std::vector<float> master(static_cast<size_t>(largest));  // one piece at a time
+      ShardFileWriter writer(tmp, {{"step", 0}, {"format_version", kCheckpointFormatVersion}});
+      for (const TensorPiece& p : pieces) {
+        fill(p, master.data());
+        writer.add_piece_with_zero_moments(p, master.data());
+      }
+      writer.close();
+    }
+    int64_t bytes = 0;
+    const uint32_t crc = local_file_crc32(tmp, bytes);
+    fs::rename(tmp, shard_path, ec);
+    if (ec) throw UserError(fmt::format("{}: cannot rename into place ({})", tmp, ec.message()));
+    const std::string record = shard_record_to_json({shard, bytes, crc}, pieces) + "\n";
     for (const auto& [name, bytes] : files) out->write(name, bytes.data(), bytes.size());
     header.layout = Layout{};
     header.layout.stage_layers = stage_layer_range(header.model, header.layout, 0).per_stage;
     write_manifest(*out, dir, std::move(header), {std::vector<char>(record.begin(), record.end())});
-    return static_cast<int64_t>(image.size());
+    return bytes;
   } catch (...) {
     if (root_existed) {  // it was empty: everything in it is this checkpoint's
       std::vector<fs::path> written;

@@ -37,7 +37,7 @@ tail -3 "$tmp/train.log"
 source tests/support/expect_error.sh
 
 # ---- user mistakes ------------------------------------------------------------------------
-expect_error bad_format "--format gpt3: the only format is safetensors or hf-gpt2$" \
+expect_error bad_format "--format gpt3: the only format is safetensors, hf, peft or hf-gpt2$" \
   "$jumbo" ckpt export "$tmp/ck" --format gpt3 -o "$tmp/x"
 expect_error bad_dtype "--dtype f16: expected f32 or bf16$" \
   "$jumbo" ckpt export "$tmp/ck" --format hf-gpt2 -o "$tmp/x" --dtype f16

@@ -126,7 +126,7 @@ broken heads 'config n_head=5'
 refused heads "$tmp/heads/config.json: n_head = 5 does not divide n_embd = 64$" "$tmp/heads"
 broken no_embd 'config n_embd=null'
 refused n_embd "$tmp/no_embd/config.json: n_embd = null: expected a positive integer" "$tmp/no_embd"
-expect_error bad_format "jumbo ckpt import: --format safetensors: the only format is hf-gpt2$" \
+expect_error bad_format "jumbo ckpt import: --format safetensors: expected hf or hf-gpt2$" \
   "$jumbo" ckpt import --format safetensors "$tmp/gpt2" -o "$tmp/out"
 mkdir -p "$tmp/full" && touch "$tmp/full/other"
 expect_error out_not_empty "-o $tmp/full: is not empty; expected a new \(or empty\) checkpoint root" \

@@ -64,11 +64,41 @@ void build_shard_image(const std::vector<PieceData>& pieces,
 // behind `jumbo plan`'s checkpoint bytes and the trainer's free-space check.
 int64_t shard_file_bytes(const std::vector<TensorPiece>& pieces);
 
-// Reads pieces out of a shard held in memory (verified by the caller).
+// zlib's CRC-32 and size of a local file, read in blocks (never whole): for shards written or
+// verified by the offline tools, whose memory must not grow with the model.
+uint32_t local_file_crc32(const std::string& path, int64_t& bytes);
+
+// An HDF5 shard written straight to a local file, piece by piece, rather than built in memory:
+// `jumbo ckpt import` and `merge` write a whole model this way in the memory of one piece.
+// The file is what build_shard_image writes for the same pieces whose moments are zero, except
+// that the moments' datasets have no storage: HDF5 (and h5py) read them as their fill value 0.
+class ShardFileWriter {
+ public:
+  ShardFileWriter(const std::string& path,
+                  const std::vector<std::pair<std::string, int64_t>>& file_attrs);
+  ~ShardFileWriter();
+  ShardFileWriter(const ShardFileWriter&) = delete;
+  ShardFileWriter& operator=(const ShardFileWriter&) = delete;
+  // `master`: the piece's count() master elements. Its exp_avg and exp_avg_sq are zero.
+  void add_piece_with_zero_moments(const TensorPiece& piece, const float* master);
+  // Flushes and closes the file (the destructor closes without flushing errors).
+  void close();
+
+ private:
+  std::string path_;
+  long long file_ = -1;  // hid_t
+};
+
+// Reads pieces out of a shard held in memory (verified by the caller), or of a local file.
 class ShardReader {
  public:
   // `name` names the file in messages.
   ShardReader(const std::vector<char>& image, std::string name);
+  struct LocalFile {
+    std::string path;
+  };
+  // Opened in place, read-only: memory holds only what is read.
+  ShardReader(const LocalFile& file, std::string name);
   ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;

@@ -35,6 +35,12 @@ class Storage {
   virtual std::vector<std::string> list_dirs(const std::string& prefix) = 0;
   // Removes every object under prefix + "/" (and the directory itself on a file system).
   virtual void remove_all(const std::string& prefix) = 0;
+  // The file of `key` when the storage is a local file system (tools that stream a large
+  // file read it in place); nullopt for S3.
+  virtual std::optional<std::string> local_path(const std::string& key) const {
+    (void)key;
+    return std::nullopt;
+  }
 };
 
 bool is_s3_url(const std::string& root);

@@ -315,6 +315,9 @@ template <typename E>
 std::string choice_names();
 
 // A TOML basic string of s, quoted and escaped (what a user would type).
+// Every model key of `model` as a preset file's lines (`key = value`, the schema's order):
+// `jumbo ckpt import` writes one beside an imported checkpoint for runs to name.
+std::string model_preset_toml(const ModelConfig& model);
 std::string toml_quoted(std::string_view s);
 
 // Reads a run config TOML file, applies `section.key=value` overrides, validates.

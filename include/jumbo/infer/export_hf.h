@@ -11,7 +11,9 @@
 
 #include "jumbo/ckpt/resolve.h"
 #include "jumbo/ckpt/safetensors.h"
+#include "jumbo/ckpt/safetensors_shards.h"
 #include "jumbo/config/config.h"
+#include "jumbo/infer/hf_llama.h"
 
 namespace jumbo {
 
@@ -59,5 +61,32 @@ std::vector<int64_t> hf_gpt2_qkv_order(int64_t d_model, int64_t heads);
 // the tokenizer) runs before anything is written; the weights stream as in write_safetensors.
 // Throws UserError (one line naming the flag or file).
 HfGpt2Stats export_hf_gpt2(const ResolvedCheckpoint& ckpt, const HfGpt2Options& opts);
+
+// `jumbo ckpt export --format hf` (and `--format peft`): the Llama family (infer/hf_llama.h).
+struct HfExportOptions {
+  std::string out_dir;                         // -o: a local directory, created if missing
+  std::string dtype = "f32";                   // --dtype: f32 or bf16
+  int64_t max_shard_bytes = kHfMaxShardBytes;  // --max-shard-size
+};
+
+struct HfExportStats {
+  HfArchitecture architecture = HfArchitecture::llama;
+  std::vector<std::string> files;  // the safetensors files, in order
+  int64_t tensors = 0, parameters = 0, bytes = 0;
+  int64_t merged_maps = 0;         // a LoRA checkpoint's adapters merged into its base
+  int32_t eos_id = 0;
+};
+
+// config.json, model.safetensors or model-0000i-of-0000n.safetensors with their index (5 GB
+// files, as save_pretrained), the tokenizer files and generation_config.json. A LoRA
+// checkpoint exports merged into its base (W + alpha/r B A, as `ckpt merge`). Streams: memory
+// holds a few tensors. On a failure a directory this created is removed. Throws UserError.
+HfExportStats export_hf(const ResolvedCheckpoint& ckpt, const HfExportOptions& opts);
+
+// A LoRA checkpoint's adapters as PEFT writes them: adapter_config.json (r, lora_alpha,
+// target_modules) and adapter_model.safetensors (base_model.model.model.layers.N.<module>.
+// lora_A/lora_B.weight). A fused qkv adapter becomes q_proj, k_proj and v_proj adapters that
+// share its A.
+HfExportStats export_peft(const ResolvedCheckpoint& ckpt, const HfExportOptions& opts);
 
 }  // namespace jumbo

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "jumbo/config/config.h"
+#include "jumbo/infer/hf_llama.h"
 
 namespace jumbo {
 
@@ -32,5 +35,31 @@ struct HfGpt2ImportStats {
 // failure nothing is left at -o (a directory this import created is removed). Throws
 // UserError: one line naming the file, key or tensor, the value and what was expected.
 HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts);
+
+// `jumbo ckpt import --format hf`: a Llama-family directory (LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM; infer/hf_llama.h), streamed tensor by tensor.
+struct HfImportOptions {
+  std::string source_dir;  // DIR: config.json, model.safetensors or its index and shards
+  std::string out_root;    // -o: a checkpoint root (new, or an empty directory)
+};
+
+struct HfImportStats {
+  ModelConfig model;
+  HfArchitecture architecture = HfArchitecture::llama;
+  std::vector<std::string> ignored;  // config.json keys that change nothing jumbo computes
+  int64_t files = 0;                 // safetensors files read
+  int64_t tensors = 0, parameters = 0;
+  std::string dtypes;                // "BF16", "F16, F32", ...
+  std::string tokenizer;             // tokenizer.json or tokenizer.model: the checkpoint's
+  std::vector<std::string> copied;   // the files beside the checkpoints: the tokenizer's, model.toml
+  bool chat_template = false;        // tokenizer_config.json's, recorded in the manifest
+  std::string checkpoint_dir;
+  int64_t bytes = 0;                 // of the shard file
+};
+
+// Every check that can fail (-o, config.json, every tensor's name, dtype and shape, the
+// tokenizer) runs before anything is written; on a failure nothing is left at -o. Throws
+// UserError: one line naming the file, key or tensor, the value and what was expected.
+HfImportStats import_hf(const HfImportOptions& opts);
 
 }  // namespace jumbo

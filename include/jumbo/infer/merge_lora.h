@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "jumbo/backend/backend.h"
 #include "jumbo/ckpt/storage.h"
 #include "jumbo/config/config.h"
 
@@ -25,5 +26,12 @@ struct LoraMergeStats {
 // missing or has another fingerprint.
 LoraMergeStats merge_lora(const std::string& adapter_path, const std::string& out_root,
                           const S3Options& s3);
+
+// The one rule of a merge, for `ckpt merge` and the exports: W [out, in] += scale * B A with
+// A [r, in] and B [b_rows, r], B's row o landing on W's row o, or with `part` (q, k or v of the
+// grouped q/k/v map, lora_delta_rows) on the rows of that part.
+void add_lora_delta(float* w, int64_t in, const float* a, const float* b, int64_t b_rows,
+                    int64_t r, float scale, const ColumnBlocks& part);
+ColumnBlocks lora_delta_rows(const ModelConfig& model, LoraTarget target);
 
 }  // namespace jumbo

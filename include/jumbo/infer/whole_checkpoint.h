@@ -3,6 +3,7 @@
 // master weights, zero Adam moments), then the manifest. For `jumbo ckpt import` and
 // `jumbo ckpt merge`, through ckpt's own writers (the shard image, the manifest).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,12 +17,17 @@ namespace jumbo {
 // mixes with another run's. Returns whether it exists. Throws UserError naming -o.
 bool check_new_checkpoint_root(const std::string& root);
 
-// Writes root/step_00000000 from `pieces` (each with its master; the moments written as
-// zeros), the extra files (name, bytes) beside it, then the manifest of `header` and
-// `latest`. On a failure nothing is left at root (a directory this created is removed).
-// Returns the shard file's bytes.
+// Fills a piece's master elements (piece.count() floats, row-major within its range).
+using MasterFill = std::function<void(const TensorPiece& piece, float* master)>;
+
+// Writes root/step_00000000 from `pieces`, each piece's master asked of `fill` in turn and
+// written straight to the shard file (ckpt/shard.h's ShardFileWriter: memory holds one
+// piece, not the model; the moments are zero), the extra files (name, bytes) beside it, then
+// the manifest of `header` and `latest`. On a failure nothing is left at root (a directory
+// this created is removed). Returns the shard file's bytes.
 int64_t write_whole_checkpoint(const std::string& root, bool root_existed,
-                               std::vector<PieceData> pieces, Manifest header,
+                               const std::vector<TensorPiece>& pieces, const MasterFill& fill,
+                               Manifest header,
                                const std::vector<std::pair<std::string, std::vector<char>>>& files);
 
 }  // namespace jumbo
