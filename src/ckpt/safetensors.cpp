@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "jumbo/backend/bf16.h"
+#include "jumbo/ckpt/safetensors_shards.h"
 #include "jumbo/ckpt/shard.h"
 #include "jumbo/config/config.h"
 
@@ -246,17 +247,11 @@ ExportStats write_safetensors(Storage& storage, const std::string& dir, const Ma
                       {"data_offsets", {o.begin, data_bytes}}};
     outs.emplace(t.source, std::move(o));
   }
-  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : metadata) meta[key] = value;
-  header["__metadata__"] = meta;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  const int64_t data_start = 8 + static_cast<int64_t>(text.size());
+  const std::string head = safetensors_file_header(std::move(header), metadata);
+  const auto data_start = static_cast<int64_t>(head.size());
 
   MappedOutput out(out_path + ".tmp", out_path, data_start + data_bytes);
-  const uint64_t n = text.size();
-  std::memcpy(out.data(), &n, 8);
-  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::memcpy(out.data(), head.data(), head.size());
   for (auto& [source, o] : outs) o.place.at = out.data() + data_start + o.begin;
 
   // Each shard file once: verified, then its master pieces' elements stored at their places.

@@ -37,6 +37,19 @@ void write_exactly(int fd, const void* data, int64_t bytes, int64_t offset, cons
 
 }  // namespace
 
+std::string safetensors_file_header(nlohmann::ordered_json header,
+                                    const std::vector<std::pair<std::string, std::string>>& metadata) {
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : metadata) meta[key] = value;
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  const uint64_t n = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);  // little-endian, as every host jumbo runs on
+  return out + text;
+}
+
 int64_t parse_shard_size(const std::string& text) {
   size_t used = 0;
   double value = 0;
@@ -98,12 +111,8 @@ SafetensorsShardWriter::SafetensorsShardWriter(
       placed_[i] = {static_cast<int>(g), at, numel, false};
       at += numel * esize;
     }
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header["__metadata__"] = meta;
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-    const int64_t data_start = 8 + static_cast<int64_t>(text.size());
+    const std::string head = safetensors_file_header(std::move(header), metadata);
+    const auto data_start = static_cast<int64_t>(head.size());
     for (size_t i : groups[g]) placed_[i].offset += data_start;
     f.fd = ::open(f.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f.fd < 0) throw UserError(fmt::format("{}: cannot create ({})", f.tmp, std::strerror(errno)));
@@ -112,9 +121,7 @@ SafetensorsShardWriter::SafetensorsShardWriter(
       throw UserError(fmt::format("{}: cannot allocate {} bytes ({})", f.tmp, data_start + at,
                                   std::strerror(err)));
     }
-    const uint64_t n = text.size();
-    write_exactly(f.fd, &n, 8, 0, f.tmp);
-    write_exactly(f.fd, text.data(), static_cast<int64_t>(text.size()), 8, f.tmp);
+    write_exactly(f.fd, head.data(), data_start, 0, f.tmp);
   }
 }
 

@@ -1,5 +1,7 @@
 // HDF5 shard files built and read in memory (the core driver and file images): the same bytes
 // go to a file system or to S3, are checksummed once, and are read back without a temp file.
+// The offline tools also write a shard straight to a local file (ShardFileWriter) and read
+// one in place (ShardReader::LocalFile), so their memory does not grow with the model.
 #include "jumbo/ckpt/shard.h"
 
 #include <fmt/format.h>
@@ -87,6 +89,37 @@ H5Handle open_stored(hid_t file, const std::string& file_name, const std::string
   return ds;
 }
 
+// A piece's three datasets (one per kCheckpointStates entry, created with `dcpl`) and their
+// attributes; state s is written from data[s], or left unwritten when it is null (its
+// storage never allocated: read as the fill value).
+void write_piece_datasets(hid_t file, const TensorPiece& p, hid_t dcpl,
+                          const std::array<const float*, kCheckpointStates.size()>& data,
+                          const std::string& file_name) {
+  std::vector<hsize_t> dims;
+  if (p.whole()) {
+    for (int64_t d : p.shape) dims.push_back(static_cast<hsize_t>(d));
+  } else {
+    dims.push_back(static_cast<hsize_t>(p.count()));
+  }
+  H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+  H5Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
+  H5Pset_create_intermediate_group(lcpl.id, 1);
+  for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
+    const std::string ds_name = p.dataset(kCheckpointStates[s]);
+    H5Handle ds{H5Dcreate2(file, ds_name.c_str(), H5T_IEEE_F32LE, space.id, lcpl.id, dcpl,
+                           H5P_DEFAULT), H5Dclose};
+    check(ds.id, "H5Dcreate2", ds_name);
+    if (data[s] && H5Dwrite(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[s]) < 0) {
+      throw UserError(fmt::format("{}: cannot write dataset '{}' (is the disk full?)", file_name,
+                                  ds_name));
+    }
+    write_i64_attr(ds.id, "global_shape", p.global_shape, ds_name);
+    write_i64_attr(ds.id, "offset", p.offset, ds_name);
+    write_i64_attr(ds.id, "shape", p.shape, ds_name);
+    write_i64_attr(ds.id, "flat_range", {p.flat_begin, p.flat_end}, ds_name);
+  }
+}
+
 }  // namespace
 
 uint32_t file_crc32(const std::vector<char>& bytes) {
@@ -170,30 +203,10 @@ void build_shard_image(const std::vector<PieceData>& pieces,
   check(H5Pset_fapl_core(fapl.id, payload + (size_t{1} << 20), 0), "H5Pset_fapl_core", "shard");
   H5Handle file{H5Fcreate("shard.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id), H5Fclose};
   check(file.id, "H5Fcreate", "shard");
-  H5Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
-  H5Pset_create_intermediate_group(lcpl.id, 1);
   for (const auto& [name, value] : file_attrs) write_i64_attr(file.id, name.c_str(), {value}, name);
   for (const PieceData& pd : pieces) {
-    const TensorPiece& p = pd.piece;
-    std::vector<hsize_t> dims;
-    if (p.whole()) {
-      for (int64_t d : p.shape) dims.push_back(static_cast<hsize_t>(d));
-    } else {
-      dims.push_back(static_cast<hsize_t>(p.count()));
-    }
-    H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
-    for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
-      const std::string ds_name = p.dataset(kCheckpointStates[s]);
-      H5Handle ds{H5Dcreate2(file.id, ds_name.c_str(), H5T_IEEE_F32LE, space.id, lcpl.id,
-                             H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
-      check(ds.id, "H5Dcreate2", ds_name);
-      check(H5Dwrite(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, pd.state[s]),
-            "H5Dwrite", ds_name);
-      write_i64_attr(ds.id, "global_shape", p.global_shape, ds_name);
-      write_i64_attr(ds.id, "offset", p.offset, ds_name);
-      write_i64_attr(ds.id, "shape", p.shape, ds_name);
-      write_i64_attr(ds.id, "flat_range", {p.flat_begin, p.flat_end}, ds_name);
-    }
+    write_piece_datasets(file.id, pd.piece, H5P_DEFAULT, {pd.state[0], pd.state[1], pd.state[2]},
+                         "shard");
   }
   check(H5Fflush(file.id, H5F_SCOPE_GLOBAL), "H5Fflush", "shard");
   const ssize_t size = H5Fget_file_image(file.id, nullptr, 0);
@@ -272,35 +285,13 @@ ShardFileWriter::~ShardFileWriter() {
 }
 
 void ShardFileWriter::add_piece_with_zero_moments(const TensorPiece& p, const float* master) {
-  std::vector<hsize_t> dims;
-  if (p.whole()) {
-    for (int64_t d : p.shape) dims.push_back(static_cast<hsize_t>(d));
-  } else {
-    dims.push_back(static_cast<hsize_t>(p.count()));
-  }
-  H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
-  H5Handle lcpl{H5Pcreate(H5P_LINK_CREATE), H5Pclose};
-  H5Pset_create_intermediate_group(lcpl.id, 1);
   // Storage allocated at the first write, and the moments never written: no bytes on disk.
   H5Handle dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
   const float zero = 0.0f;
   check(H5Pset_fill_value(dcpl.id, H5T_NATIVE_FLOAT, &zero), "H5Pset_fill_value", p.name);
   check(H5Pset_alloc_time(dcpl.id, H5D_ALLOC_TIME_LATE), "H5Pset_alloc_time", p.name);
   check(H5Pset_fill_time(dcpl.id, H5D_FILL_TIME_IFSET), "H5Pset_fill_time", p.name);
-  for (size_t s = 0; s < kCheckpointStates.size(); ++s) {
-    const std::string ds_name = p.dataset(kCheckpointStates[s]);
-    H5Handle ds{H5Dcreate2(file_, ds_name.c_str(), H5T_IEEE_F32LE, space.id, lcpl.id, dcpl.id,
-                           H5P_DEFAULT), H5Dclose};
-    check(ds.id, "H5Dcreate2", ds_name);
-    if (s == 0 && H5Dwrite(ds.id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, master) < 0) {
-      throw UserError(fmt::format("{}: cannot write dataset '{}' (is the disk full?)", path_,
-                                  ds_name));
-    }
-    write_i64_attr(ds.id, "global_shape", p.global_shape, ds_name);
-    write_i64_attr(ds.id, "offset", p.offset, ds_name);
-    write_i64_attr(ds.id, "shape", p.shape, ds_name);
-    write_i64_attr(ds.id, "flat_range", {p.flat_begin, p.flat_end}, ds_name);
-  }
+  write_piece_datasets(file_, p, dcpl.id, {master, nullptr, nullptr}, path_);
 }
 
 void ShardFileWriter::close() {

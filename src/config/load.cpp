@@ -410,16 +410,6 @@ toml::table parse_toml(std::string_view text, const std::string& source) {
   }
 }
 
-std::string read_file(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in || std::filesystem::is_directory(path))
-    throw UserError(fmt::format("{}: cannot open {} (paths are relative to the working directory {})",
-                                path, what, std::filesystem::current_path().string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Applies one key of a section; an unknown key is an error that lists the known ones.
 void apply_key(RunConfig& cfg, const Origin& at, const Section& s, std::string_view key,
                const toml::node& value, std::string_view skip = {}) {
@@ -524,6 +514,16 @@ Override parse_override(const std::string& text) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path))
+    throw UserError(fmt::format("{}: cannot open {} (paths are relative to the working directory {})",
+                                path, what, std::filesystem::current_path().string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
                            const std::vector<std::string>& overrides, const std::string& base_dir) {

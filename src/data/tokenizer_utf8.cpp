@@ -12,60 +12,55 @@
 namespace jumbo {
 namespace {
 
-// Bytes of the valid UTF-8 character at s[i], or 0 when none starts there (WHATWG's bounds:
-// no overlong forms, no surrogates, nothing above U+10FFFF).
-size_t valid_char_at(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
+// A lead byte's continuation count and the range its first continuation byte must lie in
+// (WHATWG's bounds: no overlong forms, no surrogates, nothing above U+10FFFF); false when the
+// byte cannot start a multi-byte character.
+struct Lead {
   size_t need = 0;
   unsigned char lo = 0x80, hi = 0xBF;
+};
+bool lead_of(unsigned char c, Lead& l) {
   if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
+    l.need = 1;
   } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
+    l.need = 2;
+    if (c == 0xE0) l.lo = 0xA0;
+    if (c == 0xED) l.hi = 0x9F;
   } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
+    l.need = 3;
+    if (c == 0xF0) l.lo = 0x90;
+    if (c == 0xF4) l.hi = 0x8F;
   } else {
-    return 0;
+    return false;
   }
-  for (size_t k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return 0;
-    const unsigned char d = b(i + k);
-    if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) return 0;
+  return true;
+}
+
+// How many of the lead byte at s[i]'s continuation bytes follow it in range.
+size_t continuations_at(std::string_view s, size_t i, const Lead& l) {
+  size_t k = 1;
+  for (; k <= l.need && i + k < s.size(); ++k) {
+    const auto d = static_cast<unsigned char>(s[i + k]);
+    if (d < (k == 1 ? l.lo : 0x80) || d > (k == 1 ? l.hi : 0xBF)) break;
   }
-  return need + 1;
+  return k - 1;
+}
+
+// Bytes of the valid UTF-8 character at s[i], or 0 when none starts there.
+size_t valid_char_at(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  Lead l;
+  if (!lead_of(c, l)) return 0;
+  return continuations_at(s, i, l) == l.need ? l.need + 1 : 0;
 }
 
 // Bytes of the maximal subpart of an ill-formed sequence at s[i] (at least 1): the lead byte
 // and the continuation bytes that are still in range.
 size_t invalid_run_at(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t need = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
-  size_t k = 1;
-  for (; k <= need && i + k < s.size(); ++k) {
-    const auto d = static_cast<unsigned char>(s[i + k]);
-    if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) break;
-  }
-  return k;
+  Lead l;
+  if (!lead_of(static_cast<unsigned char>(s[i]), l)) return 1;
+  return continuations_at(s, i, l) + 1;
 }
 
 }  // namespace

@@ -27,11 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-std::string read_whole_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // -o: a local directory, created if missing. Returns whether it existed.
 bool prepare_out_dir(const std::string& dir, const char* what) {
   if (dir.empty() || is_s3_url(dir)) {
@@ -84,12 +79,13 @@ int32_t write_tokenizer_files(const Manifest& m, const fs::path& out, int32_t& b
   const Tokenizer tok(tok_path.string());
   bos = tok.bos_id();
   const bool json_tokenizer = tok_path.extension() == ".json";
-  write_text(out / (json_tokenizer ? "tokenizer.json" : "tokenizer.model"), read_whole_file(tok_path));
+  write_text(out / (json_tokenizer ? "tokenizer.json" : "tokenizer.model"),
+             read_file(tok_path.string(), "the checkpoint's tokenizer"));
   bool has_config = false;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
     const fs::path beside = tok_path.parent_path() / name;
     if (!fs::is_regular_file(beside)) continue;
-    write_text(out / name, read_whole_file(beside));
+    write_text(out / name, read_file(beside.string(), name));
     has_config = has_config || std::string(name) == "tokenizer_config.json";
   }
   if (!has_config) {  // SentencePiece trained by jumbo: transformers' plain Llama tokenizer

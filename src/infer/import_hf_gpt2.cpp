@@ -4,11 +4,7 @@
 // HDF5 shard image, the manifest), as `jumbo ckpt convert` writes one. See docs/hf-export.md.
 #include "jumbo/infer/import_hf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +19,7 @@
 #include <system_error>
 
 #include "jumbo/ckpt/checkpointer.h"
+#include "jumbo/ckpt/safetensors_read.h"
 #include "jumbo/ckpt/manifest.h"
 #include "jumbo/data/tokenizer.h"
 #include "jumbo/infer/export_hf.h"
@@ -37,11 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // ---- config.json -------------------------------------------------------------------------
 
@@ -106,7 +98,7 @@ ModelConfig read_gpt2_config(const std::string& dir) {
   }
   json config;
   try {
-    config = json::parse(read_whole_file(where));
+    config = json::parse(read_file(where, "config.json"));
   } catch (const json::exception& e) {
     throw UserError(fmt::format("{}: not JSON ({})", where, e.what()));
   }
@@ -157,144 +149,33 @@ ModelConfig read_gpt2_config(const std::string& dir) {
 
 // ---- model.safetensors ---------------------------------------------------------------------
 
-enum class HfDtype { f32, bf16, f16, other };
-
-struct StoredTensor {
-  std::string file_name;  // as written in the file ("h.0.ln_1.weight" or "transformer.h...")
-  std::string dtype_name;
-  HfDtype dtype = HfDtype::other;
-  std::vector<int64_t> shape;
-  const unsigned char* data = nullptr;
-  int64_t bytes = 0;
-};
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits = sign;
-  if (exponent == 31) {
-    bits |= 0x7f800000u | (mantissa << 13);  // inf, nan
-  } else if (exponent != 0) {
-    bits |= ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa != 0) {  // subnormal: normalise
-    exponent = 113;
-    while (!(mantissa & 0x400u)) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    bits |= (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Element i as float32: exact for all three dtypes (bf16 and f16 widen without rounding).
-float element(const StoredTensor& t, int64_t i) {
-  const unsigned char* p = t.data;
-  float f = 0;
-  if (t.dtype == HfDtype::f32) {
-    std::memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  if (t.dtype == HfDtype::f16) return half_to_float(h);
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // GPT2LMHeadModel saves "transformer.h.0...", GPT2Model (GPT-2's own checkpoint) "h.0...".
 std::string without_prefix(const std::string& hf_name) {
   return hf_name.rfind("transformer.", 0) == 0 ? hf_name.substr(std::strlen("transformer."))
                                                : hf_name;
 }
 
-// model.safetensors, memory-mapped read-only: the header parsed and every tensor's bytes
-// checked to lie inside the file.
-class SafetensorsFile {
- public:
-  explicit SafetensorsFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) {
-      throw UserError(fmt::format("{}: {}; expected GPT-2's weights in one safetensors file",
-                                  path, std::strerror(errno)));
-    }
-    struct stat st {};
-    ::fstat(fd, &st);
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ >= 8) map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (size_ < 8 || map_ == MAP_FAILED) {
-      map_ = MAP_FAILED;
-      throw UserError(fmt::format("{}: {} bytes, not a safetensors file", path, size_));
-    }
-    parse_header();
-  }
-  ~SafetensorsFile() {
-    if (map_ != MAP_FAILED) ::munmap(map_, size_);
-  }
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-
-  // By the name without its "transformer." prefix.
-  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
-  const std::string& path() const { return path_; }
-
- private:
-  void parse_header() {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];  // little-endian
-    if (header_len > size_ - 8) {
-      throw UserError(fmt::format("{}: header of {} bytes in a file of {}: not a safetensors "
-                                  "file", path_, header_len, size_));
-    }
-    json header;
-    try {
-      header = json::parse(bytes + 8, bytes + 8 + header_len);
-    } catch (const json::exception& e) {
-      throw UserError(fmt::format("{}: the header is not JSON ({})", path_, e.what()));
-    }
-    const unsigned char* data = bytes + 8 + header_len;
-    const auto data_len = static_cast<int64_t>(size_ - 8 - header_len);
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") continue;
-      StoredTensor t;
-      t.file_name = name;
-      try {
-        t.dtype_name = entry.at("dtype").get<std::string>();
-        t.shape = entry.at("shape").get<std::vector<int64_t>>();
-        const auto offsets = entry.at("data_offsets").get<std::vector<int64_t>>();
-        if (offsets.size() != 2 || offsets[0] < 0 || offsets[0] > offsets[1] ||
-            offsets[1] > data_len) {
-          throw UserError(fmt::format("{}: tensor {}: data_offsets {} outside the {} bytes of "
-                                      "data", path_, name, entry.at("data_offsets").dump(),
-                                      data_len));
-        }
-        t.data = data + offsets[0];
-        t.bytes = offsets[1] - offsets[0];
-      } catch (const json::exception& e) {
-        throw UserError(fmt::format("{}: tensor {}: malformed header entry ({})", path_, name,
-                                    e.what()));
+// model.safetensors (ckpt/safetensors_read.h), its tensors by the name without the
+// "transformer." prefix.
+struct Gpt2File {
+  SafetensorsReader reader;
+  std::map<std::string, const SafetensorsEntry*> tensors;
+  explicit Gpt2File(const std::string& path) : reader(path) {
+    for (const auto& [name, t] : reader.tensors()) {
+      const std::string key = without_prefix(name);
+      if (tensors.count(key)) {
+        throw UserError(fmt::format("{}: tensor {} is stored twice (as {} and {})", path, key,
+                                    tensors.at(key)->name, name));
       }
-      t.dtype = t.dtype_name == "F32"    ? HfDtype::f32
-                : t.dtype_name == "BF16" ? HfDtype::bf16
-                : t.dtype_name == "F16"  ? HfDtype::f16
-                                         : HfDtype::other;
-      std::string key = without_prefix(name);
-      if (tensors_.count(key)) {
-        throw UserError(fmt::format("{}: tensor {} is stored twice (as {} and {})", path_, key,
-                                    tensors_.at(key).file_name, name));
-      }
-      tensors_.emplace(std::move(key), std::move(t));
+      tensors[key] = &t;
     }
   }
-
-  std::string path_;
-  void* map_ = MAP_FAILED;
-  size_t size_ = 0;
-  std::map<std::string, StoredTensor> tensors_;
+  const std::string& path() const { return reader.path(); }
+  std::vector<float> values(const SafetensorsEntry& t) const {
+    std::vector<float> v(static_cast<size_t>(shape_numel(t.shape)));
+    reader.read_f32(t, 0, static_cast<int64_t>(v.size()), v.data());
+    return v;
+  }
 };
 
 // GPT-2's attention masks, saved as buffers by older transformers: "h.N.attn.bias" (the causal
@@ -310,66 +191,59 @@ bool is_attention_buffer(const std::string& key) {
 
 // The tensors of the table, found and checked: names, dtypes, shapes, byte counts, and
 // nothing left over but buffers and a tied lm_head.
-std::map<std::string, const StoredTensor*> match_tensors(const SafetensorsFile& file,
-                                                         const std::vector<HfGpt2Tensor>& table,
-                                                         int64_t layers) {
+std::map<std::string, const SafetensorsEntry*> match_tensors(const Gpt2File& file,
+                                                             const std::vector<HfGpt2Tensor>& table,
+                                                             int64_t layers) {
   const std::string& where = file.path();
-  std::map<std::string, const StoredTensor*> by_jumbo_name;
+  std::map<std::string, const SafetensorsEntry*> by_jumbo_name;
   std::set<std::string> used;
   for (const HfGpt2Tensor& t : table) {
     const std::string key = without_prefix(t.hf_name);
-    const auto it = file.tensors().find(key);
-    if (it == file.tensors().end()) {
+    const auto it = file.tensors.find(key);
+    if (it == file.tensors.end()) {
       throw UserError(fmt::format("{}: no tensor {} (nor {}), which jumbo's {} needs", where,
                                   key, t.hf_name, t.jumbo_name));
     }
-    const StoredTensor& s = it->second;
-    if (s.dtype == HfDtype::other) {
-      throw UserError(fmt::format("{}: tensor {} has dtype {}: expected F32, BF16 or F16", where,
-                                  s.file_name, s.dtype_name));
-    }
+    const SafetensorsEntry& s = *it->second;
+    check_float_tensor(s, where);
     if (s.shape != t.hf_shape()) {
       throw UserError(fmt::format("{}: tensor {} is [{}]; config.json's model needs [{}]", where,
-                                  s.file_name, fmt::join(s.shape, ", "),
+                                  s.name, fmt::join(s.shape, ", "),
                                   fmt::join(t.hf_shape(), ", ")));
-    }
-    const int64_t esize = s.dtype == HfDtype::f32 ? 4 : 2;
-    if (s.bytes != shape_numel(s.shape) * esize) {
-      throw UserError(fmt::format("{}: tensor {}: {} bytes of data, {} [{}] needs {}", where,
-                                  s.file_name, s.bytes, s.dtype_name, fmt::join(s.shape, ", "),
-                                  shape_numel(s.shape) * esize));
     }
     by_jumbo_name[t.jumbo_name] = &s;
     used.insert(key);
   }
-  for (const auto& [key, s] : file.tensors()) {
+  for (const auto& [key, s] : file.tensors) {
     if (used.count(key) || is_attention_buffer(key)) continue;
     if (key == "lm_head.weight") {
       // transformers saves the tied head too; jumbo's head is wte, so it must be wte.
-      const StoredTensor& wte = *by_jumbo_name.at(kWordEmbedding);
-      bool tied = s.shape == wte.shape && s.dtype != HfDtype::other &&
-                  s.bytes == shape_numel(s.shape) * (s.dtype == HfDtype::f32 ? 4 : 2);
-      for (int64_t i = 0, n = shape_numel(wte.shape); tied && i < n; ++i) {
-        tied = element(s, i) == element(wte, i);
+      const SafetensorsEntry& wte = *by_jumbo_name.at(kWordEmbedding);
+      bool tied = s->shape == wte.shape && s->dtype != SafetensorsDtype::other;
+      if (tied) {
+        check_float_tensor(*s, where);
+        tied = file.values(*s) == file.values(wte);
       }
       if (!tied) {
         throw UserError(fmt::format("{}: tensor {} differs from {} (an untied output head): "
-                                    "jumbo's head is the token embedding", where, s.file_name,
-                                    wte.file_name));
+                                    "jumbo's head is the token embedding", where, s->name,
+                                    wte.name));
       }
       continue;
     }
     throw UserError(fmt::format("{}: tensor {} has no place in jumbo's GPT-2 of config.json "
                                 "(wte, wpe, h.0-{}.*, ln_f, a tied lm_head and attention "
-                                "buffers)", where, s.file_name, layers - 1));
+                                "buffers)", where, s->name, layers - 1));
   }
   return by_jumbo_name;
 }
 
-// Fills a stored piece's master elements from GPT-2's tensor: the export's rearrangement run
-// backwards. Padding rows of the word embedding (beyond model.vocab) are zero.
-void fill_piece(const TensorPiece& piece, const HfGpt2Tensor& entry, const StoredTensor& source,
-                const std::vector<int64_t>& qkv_order, float* out) {
+// Fills a stored piece's master elements from GPT-2's tensor (`source`, its values as float32):
+// the export's rearrangement run backwards. Padding rows of the word embedding (beyond
+// model.vocab) are zero.
+void fill_piece(const TensorPiece& piece, const HfGpt2Tensor& entry,
+                const std::vector<float>& source, const std::vector<int64_t>& qkv_order,
+                float* out) {
   const int64_t rows = entry.jumbo_shape[0];
   const int64_t cols = entry.jumbo_shape.size() == 2 ? entry.jumbo_shape[1] : 1;
   const int64_t rect_cols = piece.shape.size() == 2 ? piece.shape[1] : 1;
@@ -379,7 +253,8 @@ void fill_piece(const TensorPiece& piece, const HfGpt2Tensor& entry, const Store
     float value = 0;
     if (r < rows) {
       const int64_t hf_row = entry.change.qkv_regrouped ? qkv_order[static_cast<size_t>(r)] : r;
-      value = element(source, entry.change.transposed ? c * rows + hf_row : hf_row * cols + c);
+      value = source[static_cast<size_t>(entry.change.transposed ? c * rows + hf_row
+                                                                 : hf_row * cols + c)];
     }
     out[e - piece.flat_begin] = value;
   }
@@ -420,7 +295,7 @@ ChosenTokenizer choose_tokenizer(const HfGpt2ImportOptions& o, int64_t vocab_siz
     if (fs::is_regular_file(vocab_json)) {
       std::string count = "unreadable";
       try {
-        count = fmt::format("{} tokens", json::parse(read_whole_file(vocab_json.string())).size());
+        count = fmt::format("{} tokens", json::parse(read_file(vocab_json.string(), "vocab.json")).size());
       } catch (const json::exception&) {
       }
       throw UserError(fmt::format("{}: GPT-2 BPE vocabulary (vocab.json, {}) and no "
@@ -431,13 +306,13 @@ ChosenTokenizer choose_tokenizer(const HfGpt2ImportOptions& o, int64_t vocab_siz
     throw UserError(fmt::format("{}: no tokenizer.model (jumbo tokenizes with SentencePiece): "
                                 "pass --tokenizer MODEL (vocab {})", o.source_dir, vocab_size));
   }
-  t.bytes = read_whole_file(t.path);
+  t.bytes = read_file(t.path, "the tokenizer");
   return t;
 }
 
 // ---- -o ----------------------------------------------------------------------------------
 
-std::string dtype_list(const std::map<std::string, const StoredTensor*>& tensors) {
+std::string dtype_list(const std::map<std::string, const SafetensorsEntry*>& tensors) {
   std::set<std::string> names;
   for (const auto& [name, t] : tensors) names.insert(t->dtype_name);
   return fmt::format("{}", fmt::join(names, ", "));
@@ -457,9 +332,9 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   stats.model = model;
   const ChosenTokenizer tokenizer = choose_tokenizer(opts, model.vocab);
   stats.tokenizer_from = tokenizer.path;
-  const SafetensorsFile file((fs::path(opts.source_dir) / "model.safetensors").string());
+  const Gpt2File file((fs::path(opts.source_dir) / "model.safetensors").string());
   const std::vector<HfGpt2Tensor> table = hf_gpt2_table(model);
-  const std::map<std::string, const StoredTensor*> sources =
+  const std::map<std::string, const SafetensorsEntry*> sources =
       match_tensors(file, table, model.layers);
   stats.tensors = static_cast<int64_t>(table.size());
   stats.dtypes = dtype_list(sources);
@@ -493,7 +368,8 @@ HfGpt2ImportStats import_hf_gpt2(const HfGpt2ImportOptions& opts) {
   stats.bytes = write_whole_checkpoint(opts.out_root, root_existed, pieces,
                                        [&](const TensorPiece& piece, float* master) {
                                          fill_piece(piece, *entries.at(piece.name),
-                                                    *sources.at(piece.name), qkv_order, master);
+                                                    file.values(*sources.at(piece.name)),
+                                                    qkv_order, master);
                                        },
                                        std::move(header),
                                        {{"tokenizer.model", std::vector<char>(tokenizer.bytes.begin(), tokenizer.bytes.end())}});

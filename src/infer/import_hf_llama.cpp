@@ -29,11 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_whole_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The tensors of the table, found and checked (name, dtype, byte count, shape), and nothing
 // left over but rotary buffers and a tied lm_head.
 std::map<std::string, const SafetensorsEntry*> match(const SafetensorsSet& set,
@@ -153,7 +148,7 @@ HfImportStats import_hf(const HfImportOptions& opts) {
                            "special_tokens_map.json", "generation_config.json"}) {
     const fs::path p = fs::path(opts.source_dir) / name;
     if (!fs::is_regular_file(p)) continue;
-    const std::string bytes = read_whole_file(p);
+    const std::string bytes = read_file(p.string(), name);
     files.emplace_back(name, std::vector<char>(bytes.begin(), bytes.end()));
     stats.copied.push_back(name);
     if (std::string(name) == "tokenizer_config.json") {

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "jumbo/config/config.h"
+#include "jumbo/data/indexed_dataset.h"
 #include "jumbo/data/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -89,6 +90,19 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void expect_same_examples(const std::string& a_prefix, const std::string& b_prefix, uint64_t docs) {
+  const IndexedDataset a(a_prefix), b(b_prefix);
+  ASSERT_EQ(a.num_docs(), docs);
+  ASSERT_EQ(b.num_docs(), docs);
+  for (uint64_t d = 0; d < docs; ++d) {
+    std::vector<int32_t> x(a.doc_offset(d + 1) - a.doc_offset(d)), y(b.doc_offset(d + 1) - b.doc_offset(d));
+    a.read(a.doc_offset(d), x.size(), x.data());
+    b.read(b.doc_offset(d), y.size(), y.data());
+    EXPECT_EQ(x, y) << "conversation " << d;
+    EXPECT_EQ(a.doc_loss_start(d), b.doc_loss_start(d)) << "conversation " << d;
+  }
 }
 
 }  // namespace jumbo::test

@@ -2,6 +2,7 @@
 // Shared helpers for the data tests: temp directories, the shipped Brown corpus, and a small
 // tokenizer trained on it (cached in the build directory, so the test processes that ctest
 // starts one per test train it once).
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -35,6 +36,11 @@ std::string small_tokenizer();
 
 // Expects fn to throw jumbo::UserError and returns its message ("" and a test failure if not).
 std::string user_error_of(const std::function<void()>& fn);
+
+// Expects two prepared datasets (PREFIX of IndexedDataset) to hold `docs` documents each with
+// the same tokens and the same loss start: a conversation rendered by a chat template and the
+// prompt-completion line it should equal.
+void expect_same_examples(const std::string& a_prefix, const std::string& b_prefix, uint64_t docs);
 
 void write_bytes(const std::string& path, const std::string& bytes);
 std::string read_bytes(const std::string& path);

@@ -186,15 +186,7 @@ TEST(ChatTemplate, PrepareMakesExamplesThroughAHuggingFaceTemplate) {
   };
   prepare("chat", config);
   prepare("pc", "");
-  const IndexedDataset chat(tmp.file("chat")), pc(tmp.file("pc"));
-  ASSERT_EQ(chat.num_docs(), 2u);
-  for (uint64_t d = 0; d < 2; ++d) {
-    std::vector<int32_t> a(chat.doc_offset(d + 1) - chat.doc_offset(d)), b(pc.doc_offset(d + 1) - pc.doc_offset(d));
-    chat.read(chat.doc_offset(d), a.size(), a.data());
-    pc.read(pc.doc_offset(d), b.size(), b.data());
-    EXPECT_EQ(a, b) << "conversation " << d;
-    EXPECT_EQ(chat.doc_loss_start(d), pc.doc_loss_start(d)) << "conversation " << d;
-  }
+  test::expect_same_examples(tmp.file("chat"), tmp.file("pc"), 2);
 }
 
 }  // namespace

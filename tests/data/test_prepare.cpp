@@ -489,16 +489,7 @@ TEST(Prepare, MessagesLinesAreThePromptCompletionExamplesTheTemplateRenders) {
   };
   prepare("chat.jsonl", "chat", tmpl);
   prepare("pc.jsonl", "pc", "");
-  const IndexedDataset chat(tmp.file("chat")), pc(tmp.file("pc"));
-  ASSERT_EQ(chat.num_docs(), 2u);
-  ASSERT_EQ(pc.num_docs(), 2u);
-  for (uint64_t d = 0; d < 2; ++d) {
-    std::vector<int32_t> a(chat.doc_offset(d + 1) - chat.doc_offset(d)), b(pc.doc_offset(d + 1) - pc.doc_offset(d));
-    chat.read(chat.doc_offset(d), a.size(), a.data());
-    pc.read(pc.doc_offset(d), b.size(), b.data());
-    EXPECT_EQ(a, b) << "conversation " << d;
-    EXPECT_EQ(chat.doc_loss_start(d), pc.doc_loss_start(d)) << "conversation " << d;
-  }
+  test::expect_same_examples(tmp.file("chat"), tmp.file("pc"), 2);
   // Without a template, and a conversation that does not end with a reply: one line each.
   expect_mentions(user_error_of([&] { prepare("chat.jsonl", "none", ""); }),
                   {"chat.jsonl:1", "needs a chat template (--chat-template FILE)"});

@@ -11,7 +11,8 @@
 #     f32 export byte for byte;
 #   - refusals, one line each, exit 2, nothing at -o: a shard the index names is missing, a
 #     tensor of the wrong shape, rope_scaling yarn, a sliding window, MoE fields, an unknown
-#     architecture, a non-empty -o.
+#     architecture, biases on attention alone, a tokenizer.json of WordPiece or Unigram, a
+#     non-empty -o; an export of GPT's block as hf.
 # Usage: hf_llama.sh JUMBO REPO
 source "$(dirname "$0")/../support/harness.sh" "$@"
 source tests/support/small_run.sh
@@ -125,6 +126,12 @@ broken arch 'config architectures=["GemmaForCausalLM"]'
 refused architecture "^jumbo: error: $tmp/arch/config.json: architectures = \[\"GemmaForCausalLM\"\]: expected LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM$" "$tmp/arch"
 broken bias 'config attention_bias=true'
 refused attention_bias "^jumbo: error: $tmp/bias/config.json: attention_bias = true: jumbo puts biases on every linear map or none" "$tmp/bias"
+# A tokenizer.json of a model type jumbo does not implement (WordPiece; Unigram in JSON).
+for type in WordPiece Unigram; do
+  rm -rf "$tmp/tok_$type" && cp -r "$tmp/llama" "$tmp/tok_$type" && rm "$tmp/tok_$type/tokenizer.model"
+  printf '{"version": "1.0", "model": {"type": "%s", "vocab": {}}}\n' "$type" >"$tmp/tok_$type/tokenizer.json"
+  refused "tokenizer_$type" "^jumbo: error: $tmp/tok_$type/tokenizer.json: model.type = \"$type\": jumbo reads byte-level BPE" "$tmp/tok_$type"
+done
 mkdir -p "$tmp/full" && touch "$tmp/full/other"
 expect_error out_not_empty "-o $tmp/full: is not empty; expected a new \(or empty\) checkpoint root" \
   "$jumbo" ckpt import --format hf "$tmp/llama" -o "$tmp/full"

@@ -5,6 +5,7 @@
 // one at a time, and go to their places with pwrite: memory holds one tensor, not the model.
 // Knows no model: the caller names the tensors (infer/hf_llama.h).
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,12 @@ class SafetensorsShardWriter {
   int64_t data_bytes_ = 0;
   bool committed_ = false;
 };
+
+// A safetensors file's first bytes: the 8-byte little-endian length, then `header` (each
+// tensor's dtype, shape and data_offsets) with `metadata` as its __metadata__, padded with
+// spaces so the data starts 8-byte aligned. Both safetensors writers start their files so.
+std::string safetensors_file_header(nlohmann::ordered_json header,
+                                    const std::vector<std::pair<std::string, std::string>>& metadata);
 
 // "5GB", "500MB", "200KB" (decimal, as transformers' max_shard_size) or bytes; -1 if not one.
 int64_t parse_shard_size(const std::string& text);

@@ -315,6 +315,10 @@ template <typename E>
 std::string choice_names();
 
 // A TOML basic string of s, quoted and escaped (what a user would type).
+// A whole file's bytes. Throws UserError "PATH: cannot open WHAT (paths are relative to the
+// working directory ...)" when it cannot be read (missing, a directory).
+std::string read_file(const std::string& path, std::string_view what);
+
 // Every model key of `model` as a preset file's lines (`key = value`, the schema's order):
 // `jumbo ckpt import` writes one beside an imported checkpoint for runs to name.
 std::string model_preset_toml(const ModelConfig& model);
