@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
       if (std::string(argv[i]) == "--local") setenv("JUMBO_MPI", "0", 1);
   // MPI from the start: one rank is world size 1, and every verb runs under mpirun too.
   const int world_size = jumbo::mpi_init(&argc, &argv);
-  CLI::App app{"jumbo: train GPT-style language models with tensor, pipeline and data "
-               "parallelism"};
+  CLI::App app{"jumbo: pre-train, fine-tune, evaluate and serve GPT- and Llama-family language "
+               "models with tensor, pipeline and data parallelism"};
   app.require_subcommand(1);
   jumbo::cli::VerbRunner run;
   jumbo::cli::add_train_verb(app, run);

@@ -13,7 +13,8 @@
 namespace jumbo::cli {
 
 void add_data_verb(CLI::App& app, VerbRunner& run) {
-  CLI::App* data = app.add_subcommand("data", "tokenizer training and dataset preparation");
+  CLI::App* data = app.add_subcommand("data", "tokenizers (train, inspect, tokenize), chat templates "
+                                                "(render-chat) and dataset preparation");
   data->require_subcommand(1);
 
   add_tokenizer_verbs(*data, run);

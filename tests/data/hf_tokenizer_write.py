@@ -10,6 +10,7 @@ Writes OUT/{llama3,qwen2,gpt2}/tokenizer.json + tokenizer_config.json, OUT/corpu
 UTF-8 documents) and OUT/invalid/NN.txt (texts that are not valid UTF-8, one a file).
 """
 import collections
+import heapq
 import json
 import os
 import re
@@ -63,7 +64,9 @@ def training_words():
 
 
 def learn_merges(words, n_merges):
-    """Classic BPE: repeatedly merge the most frequent pair (ties: the smallest pair)."""
+    """Classic BPE: repeatedly merge the most frequent pair (ties: the smallest pair). The
+    counts live in a dict; a heap of (-count, pair) entries, stale ones skipped when popped,
+    finds the best pair without scanning every pair each merge."""
     words = [[list(w), c] for w, c in words.items()]
     pairs = collections.Counter()
     where = collections.defaultdict(set)
@@ -71,18 +74,24 @@ def learn_merges(words, n_merges):
         for a, b in zip(w, w[1:]):
             pairs[(a, b)] += c
             where[(a, b)].add(i)
+    heap = [(-c, p) for p, c in pairs.items()]
+    heapq.heapify(heap)
     merges = []
-    while len(merges) < n_merges and pairs:
-        best = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))[0]
-        if pairs[best] < 2:
+    while len(merges) < n_merges and heap:
+        neg, best = heapq.heappop(heap)
+        if pairs.get(best, 0) != -neg:
+            continue  # stale: the count changed since this entry was pushed
+        if -neg < 2:
             break
         merges.append(best)
         joined = best[0] + best[1]
+        touched = set()
         for i in list(where[best]):
             w, c = words[i]
             for a, b in zip(w, w[1:]):
                 pairs[(a, b)] -= c
                 where[(a, b)].discard(i)
+                touched.add((a, b))
             new, k = [], 0
             while k < len(w):
                 if k + 1 < len(w) and (w[k], w[k + 1]) == best:
@@ -95,7 +104,12 @@ def learn_merges(words, n_merges):
             for a, b in zip(new, new[1:]):
                 pairs[(a, b)] += c
                 where[(a, b)].add(i)
-        pairs = collections.Counter({p: c for p, c in pairs.items() if c > 0})
+                touched.add((a, b))
+        for p in touched:
+            if pairs[p] > 0:
+                heapq.heappush(heap, (-pairs[p], p))
+            else:
+                del pairs[p]
     return merges
 
 
