@@ -45,7 +45,9 @@ struct EncodedDocument {
 // completion as it continues the prompt (no word-start mark of its own: " press" is
 // "▁press", as in the prompt + completion text), which is what eval scores after a context.
 EncodedDocument encode_document(const Tokenizer& tok, const InputDocument& doc, DocumentKind kind) {
-  EncodedDocument e{tok.encode(doc.text), 0};
+  // The document start (Llama 3's <|begin_of_text|>) once, even when the text wrote it (a chat
+  // template's bos_token), as transformers' tokenizer(text) or apply_chat_template gives.
+  EncodedDocument e{with_prefix_once(tok.encode(doc.text), tok.document_start()), 0};
   if (kind == DocumentKind::prompt_completion) {
     e.loss_start = e.tokens.size();
     const std::vector<int32_t> completion = encode_after_boundary(tok, doc.completion);

@@ -178,6 +178,20 @@ TokenizerKind Tokenizer::kind() const { return model_->kind(); }
 int64_t Tokenizer::vocab_size() const { return model_->vocab_size(); }
 int32_t Tokenizer::eos_id() const { return model_->eos_id(); }
 int32_t Tokenizer::bos_id() const { return model_->bos_id(); }
+std::vector<int32_t> Tokenizer::document_start() const { return model_->document_start(); }
+std::vector<int32_t> with_prefix_once(std::vector<int32_t> tokens,
+                                      const std::vector<int32_t>& prefix, size_t* added) {
+  const bool has = tokens.size() >= prefix.size() &&
+                   std::equal(prefix.begin(), prefix.end(), tokens.begin());
+  if (added) *added = has ? 0 : prefix.size();
+  if (!has) tokens.insert(tokens.begin(), prefix.begin(), prefix.end());
+  return tokens;
+}
+
+std::vector<int32_t> Tokenizer::prompt_prefix() const {
+  if (model_->kind() == TokenizerKind::sentencepiece) return {model_->eos_id()};
+  return model_->document_start();
+}
 std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
   return model_->token_id(text);
 }

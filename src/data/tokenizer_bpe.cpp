@@ -192,6 +192,7 @@ ByteLevelBpe::ByteLevelBpe(BpeSpec spec)
       add_prefix_space_(spec.add_prefix_space),
       nfc_(spec.nfc),
       post_processor_(spec.post_processor),
+      document_start_(spec.document_start),
       eos_id_(spec.eos_id),
       bos_id_(spec.bos_id) {
   static std::atomic<uint64_t> serials{0};

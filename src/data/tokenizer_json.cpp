@@ -213,6 +213,33 @@ std::optional<int32_t> config_token(const Reader& r, const json& config, const c
                               r.path));
 }
 
+// The special tokens TemplateProcessing's "single" puts before the text ($A), alone or inside a
+// Sequence of processors (Llama 3.1's: ByteLevel, then TemplateProcessing).
+std::vector<int32_t> template_document_start(const Reader& r, const json& post) {
+  if (!post.is_object()) return {};
+  if (post.value("type", json()) == "Sequence") {
+    for (const json& p : post.value("processors", json::array())) {
+      if (std::vector<int32_t> ids = template_document_start(r, p); !ids.empty()) return ids;
+    }
+    return {};
+  }
+  if (post.value("type", json()) != "TemplateProcessing") return {};
+  std::vector<int32_t> ids;
+  const json specials = post.value("special_tokens", json::object());
+  for (const json& item : post.value("single", json::array())) {
+    if (!item.is_object() || item.contains("Sequence")) break;
+    if (!item.contains("SpecialToken")) continue;
+    const std::string name = item["SpecialToken"].value("id", std::string());
+    const json entry = specials.value(name, json());
+    if (!entry.is_object() || !entry.value("ids", json()).is_array()) {
+      r.refuse("post_processor.special_tokens", json(name), "a special token of \"single\" "
+               "without its ids");
+    }
+    for (const json& id : entry["ids"]) ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
 }  // namespace
 
 std::unique_ptr<TokenizerModel> load_tokenizer_json(const std::string& path,
@@ -259,6 +286,7 @@ std::unique_ptr<TokenizerModel> load_tokenizer_json(const std::string& path,
   r.only(j, "padding", "", {}, "padding is not supported (null only)");
   const json post = j.value("post_processor", json());
   if (post.is_object()) spec.post_processor = post.value("type", std::string("?"));
+  spec.document_start = template_document_start(r, post);
   r.added_tokens(j.value("added_tokens", json::array()), spec);
 
   // EOS and BOS: tokenizer_config.json beside the file, else the usual end-of-text tokens.

@@ -27,6 +27,7 @@ class SentencePieceModel final : public TokenizerModel {
   int64_t vocab_size() const override { return sp_.GetPieceSize(); }
   int32_t eos_id() const override { return sp_.eos_id(); }
   int32_t bos_id() const override { return sp_.bos_id(); }
+  std::vector<int32_t> document_start() const override { return {}; }
   std::string piece(int32_t id) const override { return sp_.IdToPiece(id); }
   bool is_learned(int32_t id) const override {
     return !sp_.IsControl(id) && !sp_.IsUnknown(id) && !sp_.IsByte(id) && !sp_.IsUnused(id);

@@ -35,10 +35,14 @@ size_t unfinished_tail(const std::string& s) {
   return 0;
 }
 
-std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
-  std::vector<int32_t> ids{tokenizer.eos_id()};
-  const std::vector<int32_t> body = tokenizer.encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text,
+                                   size_t* prefix_tokens) {
+  std::vector<int32_t> ids =
+      with_prefix_once(tokenizer.encode(text), tokenizer.prompt_prefix(), prefix_tokens);
+  if (ids.empty()) {  // an empty text and no prefix (Qwen 2.5): it starts after an EOS
+    ids.push_back(tokenizer.eos_id());
+    if (prefix_tokens) *prefix_tokens = 1;
+  }
   return ids;
 }
 

@@ -130,8 +130,9 @@ CompletionRequest parse_chat_request(const std::string& body_text, const ServedM
   r.sampling.logprobs = integer_in(body, "top_logprobs", 0, 0, kMaxTopLogprobs);
   if (r.sampling.logprobs > 0 && !r.logprobs) bad("top_logprobs", "needs \"logprobs\": true");
   r.best_of = r.n;
-  r.prompts.push_back(encode_prompt(tokenizer, text));
-  r.shown_from.push_back(1);
+  size_t prefix = 0;
+  r.prompts.push_back(encode_prompt(tokenizer, text, &prefix));
+  r.shown_from.push_back(prefix);
   const std::vector<std::string>& template_stops = model.chat_template->stop;
   r.stop.insert(r.stop.begin(), template_stops.begin(), template_stops.end());
   check_request_fits(r, model);

@@ -40,7 +40,8 @@ std::vector<int32_t> token_ids(const json& list, int64_t vocab) {
 }
 
 // A string, a list of strings, a list of token ids, or a list of such lists. A text prompt
-// starts a document (encode_prompt: EOS first); token ids are taken as given.
+// starts a document (encode_prompt: the tokenizer's prompt prefix first); token ids are taken
+// as given.
 void read_prompts(const json& body, const ServedModel& model, const Tokenizer& tokenizer,
                   CompletionRequest& r) {
   const json* p = optional(body, "prompt");
@@ -54,8 +55,9 @@ void read_prompts(const json& body, const ServedModel& model, const Tokenizer& t
                                 "tokens (at most {} bytes)", s.size(),
                                 model.shape.cache_positions, model.max_prompt_bytes));
     }
-    r.prompts.push_back(encode_prompt(tokenizer, s));
-    r.shown_from.push_back(1);  // after the EOS that starts the document
+    size_t prefix = 0;
+    r.prompts.push_back(encode_prompt(tokenizer, s, &prefix));
+    r.shown_from.push_back(prefix);  // after the prefix that starts the document
   };
   auto ids = [&](const json& e) {
     r.prompts.push_back(token_ids(e, model.vocab));

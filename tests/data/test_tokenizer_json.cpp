@@ -249,6 +249,44 @@ TEST(TokenizerJson, RefusalsNameFileFieldAndValue) {
     EXPECT_EQ(refused(j).find('\n'), std::string::npos);
 }
 
+// A document starts as transformers' tokenizer(text) starts it: Llama 3's post_processor
+// (ByteLevel, then TemplateProcessing "<|begin_of_text|> $A") puts its BOS first; prompts and
+// documents get it once, even when the text wrote it (a chat template's bos_token). Without a
+// TemplateProcessing (Qwen 2.5, GPT-2) nothing is put; SentencePiece prompts follow EOS.
+TEST(TokenizerJson, DocumentStartIsThePostProcessorsSpecialTokens) {
+  TempDir dir;
+  json j = with_eos(base_tokenizer({{"a", "b"}}));
+  j["added_tokens"].push_back(added(1001, "<|begin_of_text|>"));
+  j["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors",
+       json::array({{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
+                     {"use_regex", true}},
+                    {{"type", "TemplateProcessing"},
+                     {"single", json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                                             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                     {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"},
+                                                               {"ids", {1001}},
+                                                               {"tokens", {"<|begin_of_text|>"}}}}}}}})}};
+  const Tokenizer llama(write(dir, j));
+  EXPECT_EQ(llama.document_start(), (std::vector<int32_t>{1001}));
+  EXPECT_EQ(llama.prompt_prefix(), (std::vector<int32_t>{1001}));
+  size_t added_count = 9;
+  EXPECT_EQ(with_prefix_once(llama.encode("ab"), llama.prompt_prefix(), &added_count),
+            (std::vector<int32_t>{1001, id_of(llama, "ab")}));
+  EXPECT_EQ(added_count, 1u);
+  EXPECT_EQ(with_prefix_once(llama.encode("<|begin_of_text|>ab"), llama.prompt_prefix(), &added_count),
+            (std::vector<int32_t>{1001, id_of(llama, "ab")}));
+  EXPECT_EQ(added_count, 0u);
+  TempDir other;
+  const Tokenizer qwen(write(other, with_eos(base_tokenizer({{"a", "b"}}))));
+  EXPECT_TRUE(qwen.document_start().empty());
+  EXPECT_TRUE(qwen.prompt_prefix().empty());
+  const Tokenizer sp(test::small_tokenizer());
+  EXPECT_TRUE(sp.document_start().empty());
+  EXPECT_EQ(sp.prompt_prefix(), (std::vector<int32_t>{sp.eos_id()}));
+}
+
 TEST(TokenizerJson, SentencePieceTokenBytesMatchItsPieces) {
   const Tokenizer tok(test::small_tokenizer());
   EXPECT_EQ(tok.kind(), TokenizerKind::sentencepiece);

@@ -40,6 +40,16 @@ cfg = json.load(open(f"{tmp}/tok/llama3/tokenizer_config.json"))
 cfg["chat_template"] = json.load(open("tests/data/chat_templates/Llama-3.1-8B-Instruct/tokenizer_config.json"))["chat_template"]
 json.dump(cfg, open(f"{tmp}/tokfiles/tokenizer_config.json", "w"), indent=2)
 t = json.load(open(f"{tmp}/tokfiles/tokenizer.json"))
+# Llama 3's own post_processor: ByteLevel, then <|begin_of_text|> before every text.
+bos = next(a["id"] for a in t["added_tokens"] if a["content"] == "<|begin_of_text|>")
+t["post_processor"] = {"type": "Sequence", "processors": [
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+    {"type": "TemplateProcessing",
+     "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+     "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+              {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+     "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [bos], "tokens": ["<|begin_of_text|>"]}}}]}
+json.dump(t, open(f"{tmp}/tokfiles/tokenizer.json", "w"), ensure_ascii=False)
 print(max(max(t["model"]["vocab"].values()), max(a["id"] for a in t["added_tokens"])) + 1)
 PY
 ) || { fail "tokenizer_config.json"; finish; }
@@ -160,9 +170,14 @@ for n in paris rome; do
     fail "eval --adapter $n on tp 2 x pp 2"
   "$py" "$dirs" per-item "$tmp/out_$n" --per-item "$tmp/$n.items4" || fail "$n: log-likelihoods on tp 2 x pp 2"
 done
-"$py" - "$tmp" <<'PY' || fail "the adapters do not prefer their own answers"
+"$py" - "$tmp" <<'PY' || fail "the adapters do not prefer their own answers, or a context does not start with one <|begin_of_text|>"
 import json, sys
 tmp = sys.argv[1]
+bos = next(a["id"] for a in json.load(open(f"{tmp}/base/tokenizer.json"))["added_tokens"] if a["content"] == "<|begin_of_text|>")
+for line in open(f"{tmp}/paris.items"):  # the chat contexts wrote their BOS; " The capital" gets it
+    ctx = json.loads(line)["context_tokens"]
+    assert ctx[0] == bos and ctx[1] != bos, ctx[:3]
+print("eval: every context starts with one <|begin_of_text|>, as transformers encodes it")
 for name, want in (("paris", 0), ("rome", 1)):
     items = [json.loads(l) for l in open(f"{tmp}/{name}.items")][:2]
     assert all(i["predicted"] == want for i in items), (name, [i["predicted"] for i in items])

@@ -114,6 +114,14 @@ class Tokenizer {
   // -1 when none (SentencePiece: its <s> piece; tokenizer.json: tokenizer_config.json's
   // bos_token). encode never adds it.
   int32_t bos_id() const;
+  // The special tokens that start a document (TokenizerModel::document_start: Llama 3's
+  // <|begin_of_text|>; none for SentencePiece, Qwen 2.5, GPT-2). `data prepare` starts every
+  // document with them, once.
+  std::vector<int32_t> document_start() const;
+  // What a prompt (a text the model continues, as a document starts) begins with: the document
+  // start of a tokenizer.json (what transformers' tokenizer(text) adds), or for SentencePiece
+  // the EOS that ends the document before it in jumbo's data.
+  std::vector<int32_t> prompt_prefix() const;
   // The id of the token stored as `text` (a piece, or an added token's content).
   std::optional<int32_t> token_id(std::string_view text) const;
   std::vector<int32_t> encode(const std::string& text) const;
@@ -136,6 +144,11 @@ class Tokenizer {
   uint64_t fingerprint_ = 0;
   std::string path_;
 };
+
+// `tokens` with `prefix` in front, unless they already begin with it (a text that wrote its own
+// document start, as a chat template's bos_token does). `added`: how many tokens were put.
+std::vector<int32_t> with_prefix_once(std::vector<int32_t> tokens,
+                                      const std::vector<int32_t>& prefix, size_t* added = nullptr);
 
 // `text` as it is tokenized after a piece boundary inside a document (a completion after its prompt, a task's continuation after
 // its context): SentencePiece's pieces

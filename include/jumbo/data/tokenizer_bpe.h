@@ -39,6 +39,7 @@ struct BpeSpec {
   bool nfc = false;               // normalizer NFC: text between unnormalized added tokens
   std::vector<AddedTokenSpec> added;
   std::string post_processor;  // its "type" ("" when null): recorded, never applied by encode
+  std::vector<int32_t> document_start;  // its TemplateProcessing's special tokens before $A
   int32_t eos_id = -1, bos_id = -1;
 };
 
@@ -53,6 +54,7 @@ class ByteLevelBpe final : public TokenizerModel {
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
   int32_t eos_id() const override { return eos_id_; }
   int32_t bos_id() const override { return bos_id_; }
+  std::vector<int32_t> document_start() const override { return document_start_; }
   std::optional<int32_t> token_id(std::string_view text) const override;
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
@@ -86,6 +88,7 @@ class ByteLevelBpe final : public TokenizerModel {
   std::unique_ptr<Regex> space_, word_;      // \s and \w, for added tokens' strip and single_word
   std::unique_ptr<AddedMatcher> unnormalized_, normalized_;
   std::string post_processor_;
+  std::vector<int32_t> document_start_;
   int32_t eos_id_ = -1, bos_id_ = -1;
   uint64_t serial_ = 0;  // tells this tokenizer's per-thread word cache from another's
 };

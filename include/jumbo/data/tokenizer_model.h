@@ -22,6 +22,11 @@ class TokenizerModel {
   virtual int64_t vocab_size() const = 0;
   virtual int32_t eos_id() const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when none
+  // The special tokens a document starts with: those a tokenizer.json's post_processor
+  // (TemplateProcessing's "single") puts before a text, as transformers' tokenizer(text) adds
+  // them (Llama 3: <|begin_of_text|>); none for SentencePiece (jumbo separates documents by
+  // EOS alone).
+  virtual std::vector<int32_t> document_start() const = 0;
   // The id of a token given by its stored text (a piece, or an added token's content).
   virtual std::optional<int32_t> token_id(std::string_view text) const = 0;
   // No BOS or other special token is ever added.

@@ -14,9 +14,13 @@
 
 namespace jumbo {
 
-// A prompt's tokens as the model saw documents in training: `jumbo data prepare` ends every
-// document with EOS, so a text that starts a document follows an EOS.
-std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text);
+// A prompt's tokens as the model saw documents in training: the tokenizer's prompt prefix
+// (Tokenizer::prompt_prefix: for SentencePiece the EOS that ends the document before, since
+// `jumbo data prepare` ends every document with EOS; for a tokenizer.json its document start,
+// as transformers encodes), once, then the text's tokens. `prefix_tokens`: how many were put
+// before the text (0 when the text wrote them: a chat template's bos_token).
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text,
+                                   size_t* prefix_tokens = nullptr);
 
 // Bytes at the end of `s` that may still change as tokens arrive: U+FFFD that SentencePiece
 // made of a character's first byte pieces, or a raw partial character.
