@@ -33,6 +33,7 @@
 namespace jumbo::cuda {
 namespace {
 
+#include "chunked_sum.cuh"
 #include "storage_io.cuh"
 
 
@@ -182,18 +183,6 @@ __global__ void __launch_bounds__(kRowThreads)
 
 constexpr int kTileX = 32;  // vectors of columns per partials block
 constexpr int kTileY = 8;   // thread rows per partials block (kTileX * kTileY threads)
-constexpr int64_t kMinRowsPerChunk = 64;
-constexpr int64_t kMaxChunks = 256;
-
-int64_t rows_per_chunk(int64_t rows) {
-  const int64_t even = (rows + kMaxChunks - 1) / kMaxChunks;
-  return even > kMinRowsPerChunk ? even : kMinRowsPerChunk;
-}
-int64_t chunk_count(int64_t rows) {
-  if (rows <= 0) return 0;
-  const int64_t per = rows_per_chunk(rows);
-  return (rows + per - 1) / per;
-}
 
 // part[chunk][col] = sum over the chunk's rows of dout (dbias part), and
 // part[chunks + chunk][col] = sum of norm * dout (dweight part). RMS: only the dweight part, at
@@ -290,6 +279,82 @@ unsigned row_blocks(int64_t rows, int tpr) {
   return static_cast<unsigned>((rows + per_block - 1) / per_block);
 }
 
+// The launches both norms share (RMS: no mean, no bias): the forward, dx, and the weight (and
+// bias) gradient's per-chunk partials. A row of at most kWarpRowMaxCols columns takes a warp,
+// a longer one a block; the vector width is the widest every pointer's alignment allows.
+template <bool RMS>
+void launch_norm_fwd(cudaStream_t stream, Tensor out, float* mean, Tensor rstd, Tensor x,
+                     Tensor weight, const void* bias, int64_t rows, int64_t c, float eps) {
+  const bool aligned = aligned16(out.data) && aligned16(x.data) && aligned16(weight.data) &&
+                       (RMS || aligned16(bias));
+  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             auto* o = static_cast<T*>(out.data);
+             auto* xp = static_cast<const T*>(x.data);
+             auto* wp = static_cast<const T*>(weight.data);
+             auto* bp = static_cast<const T*>(bias);
+             if (c <= kWarpRowMaxCols) {
+               layernorm_fwd_kernel<T, V, 32, RMS><<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                   o, mean, rstd.as<float>(), xp, wp, bp, rows, c, eps);
+             } else {
+               layernorm_fwd_kernel<T, V, kRowThreads, RMS>
+                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
+                       o, mean, rstd.as<float>(), xp, wp, bp, rows, c, eps);
+             }
+           });
+  JUMBO_CUDA_CHECK_LAST(RMS ? "layernorm_fwd_kernel (rms)" : "layernorm_fwd_kernel");
+}
+
+template <bool RMS>
+void launch_norm_bwd_dx(cudaStream_t stream, Tensor dx, Tensor dout, Tensor x, Tensor weight,
+                        const float* mean, Tensor rstd, int64_t rows, int64_t c) {
+  const bool aligned = aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
+                       aligned16(weight.data);
+  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             auto* d = static_cast<T*>(dx.data);
+             auto* g = static_cast<const T*>(dout.data);
+             auto* xp = static_cast<const T*>(x.data);
+             auto* wp = static_cast<const T*>(weight.data);
+             if (c <= kWarpRowMaxCols) {
+               layernorm_bwd_dx_kernel<T, V, 32, RMS>
+                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
+                       d, g, xp, wp, mean, rstd.as<float>(), rows, c);
+             } else {
+               layernorm_bwd_dx_kernel<T, V, kRowThreads, RMS>
+                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
+                       d, g, xp, wp, mean, rstd.as<float>(), rows, c);
+             }
+           });
+  JUMBO_CUDA_CHECK_LAST(RMS ? "layernorm_bwd_dx_kernel (rms)" : "layernorm_bwd_dx_kernel");
+}
+
+// scratch[chunk][col] partial sums (layernorm_bwd_partials_kernel), for the finish kernels.
+template <bool RMS>
+void launch_norm_bwd_partials(cudaStream_t stream, const char* op, float* scratch, Tensor dout,
+                              Tensor x, const float* mean, Tensor rstd, int64_t rows, int64_t c) {
+  const int64_t per_chunk = rows_per_chunk(rows);
+  const int64_t chunks = chunk_count(rows);
+  const bool aligned = aligned16(dout.data) && aligned16(x.data);
+  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
+           [&](auto tag, auto vec) {
+             using T = decltype(tag);
+             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
+             const int64_t tiles = (c / V + kTileX - 1) / kTileX;
+             require(tiles <= (int64_t{1} << 31) - 1, op, "C too large");
+             const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
+             layernorm_bwd_partials_kernel<T, V, RMS><<<grid, kTileX * kTileY, 0, stream>>>(
+                 scratch, static_cast<const T*>(dout.data), static_cast<const T*>(x.data), mean,
+                 rstd.as<float>(), rows, c, per_chunk, chunks);
+           });
+  JUMBO_CUDA_CHECK_LAST(RMS ? "layernorm_bwd_partials_kernel (rms)"
+                            : "layernorm_bwd_partials_kernel");
+}
+
 }  // namespace
 
 size_t layernorm_bwd_scratch_floats(int64_t rows, int64_t cols) {
@@ -311,27 +376,7 @@ void layernorm_fwd(cudaStream_t stream, Tensor out, Tensor mean, Tensor rstd, Te
   require(mean.numel() == rows && rstd.numel() == rows, op, "mean and rstd must be [N]");
   require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
   if (rows == 0) return;
-  const bool aligned = aligned16(out.data) && aligned16(x.data) && aligned16(weight.data) &&
-                       aligned16(bias.data);
-  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             auto* o = static_cast<T*>(out.data);
-             auto* xp = static_cast<const T*>(x.data);
-             auto* wp = static_cast<const T*>(weight.data);
-             auto* bp = static_cast<const T*>(bias.data);
-             if (c <= kWarpRowMaxCols) {
-               layernorm_fwd_kernel<T, V, 32, false>
-                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                       o, mean.as<float>(), rstd.as<float>(), xp, wp, bp, rows, c, eps);
-             } else {
-               layernorm_fwd_kernel<T, V, kRowThreads, false>
-                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
-                       o, mean.as<float>(), rstd.as<float>(), xp, wp, bp, rows, c, eps);
-             }
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_fwd_kernel");
+  launch_norm_fwd<false>(stream, out, mean.as<float>(), rstd, x, weight, bias.data, rows, c, eps);
 }
 
 void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias, Tensor dout,
@@ -352,44 +397,9 @@ void layernorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dbias,
   require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
   if (rows == 0) return;
   require(scratch != nullptr, op, "scratch (layernorm_bwd_scratch_floats floats) is null");
-  const int64_t per_chunk = rows_per_chunk(rows);
   const int64_t chunks = chunk_count(rows);
-
-  const bool aligned_dx = aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
-                          aligned16(weight.data);
-  dispatch(x.dtype, aligned_dx && c % kVec<float> == 0, aligned_dx && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             auto* d = static_cast<T*>(dx.data);
-             auto* g = static_cast<const T*>(dout.data);
-             auto* xp = static_cast<const T*>(x.data);
-             auto* wp = static_cast<const T*>(weight.data);
-             if (c <= kWarpRowMaxCols) {
-               layernorm_bwd_dx_kernel<T, V, 32, false>
-                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                       d, g, xp, wp, mean.as<float>(), rstd.as<float>(), rows, c);
-             } else {
-               layernorm_bwd_dx_kernel<T, V, kRowThreads, false>
-                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
-                       d, g, xp, wp, mean.as<float>(), rstd.as<float>(), rows, c);
-             }
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_dx_kernel");
-
-  const bool aligned_p = aligned16(dout.data) && aligned16(x.data);
-  dispatch(x.dtype, aligned_p && c % kVec<float> == 0, aligned_p && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             const int64_t tiles = (c / V + kTileX - 1) / kTileX;
-             require(tiles <= (int64_t{1} << 31) - 1, op, "C too large");
-             const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
-             layernorm_bwd_partials_kernel<T, V, false><<<grid, kTileX * kTileY, 0, stream>>>(
-                 scratch, static_cast<const T*>(dout.data), static_cast<const T*>(x.data),
-                 mean.as<float>(), rstd.as<float>(), rows, c, per_chunk, chunks);
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_partials_kernel");
+  launch_norm_bwd_dx<false>(stream, dx, dout, x, weight, mean.as<float>(), rstd, rows, c);
+  launch_norm_bwd_partials<false>(stream, op, scratch, dout, x, mean.as<float>(), rstd, rows, c);
 
   constexpr int kFinishThreads = 256;
   layernorm_bwd_finish_kernel<<<static_cast<unsigned>((c + kFinishThreads - 1) / kFinishThreads),
@@ -416,25 +426,7 @@ void rmsnorm_fwd(cudaStream_t stream, Tensor out, Tensor rstd, Tensor x, Tensor 
   require(rstd.numel() == rows, op, "rstd must be [N]");
   require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
   if (rows == 0) return;
-  const bool aligned = aligned16(out.data) && aligned16(x.data) && aligned16(weight.data);
-  dispatch(x.dtype, aligned && c % kVec<float> == 0, aligned && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             auto* o = static_cast<T*>(out.data);
-             auto* xp = static_cast<const T*>(x.data);
-             auto* wp = static_cast<const T*>(weight.data);
-             if (c <= kWarpRowMaxCols) {
-               layernorm_fwd_kernel<T, V, 32, true>
-                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                       o, nullptr, rstd.as<float>(), xp, wp, nullptr, rows, c, eps);
-             } else {
-               layernorm_fwd_kernel<T, V, kRowThreads, true>
-                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
-                       o, nullptr, rstd.as<float>(), xp, wp, nullptr, rows, c, eps);
-             }
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_fwd_kernel (rms)");
+  launch_norm_fwd<true>(stream, out, nullptr, rstd, x, weight, nullptr, rows, c, eps);
 }
 
 void rmsnorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dout, Tensor x,
@@ -456,46 +448,12 @@ void rmsnorm_bwd(cudaStream_t stream, Tensor dx, Tensor dweight, Tensor dout, Te
   require(rstd.numel() == rows, op, "rstd must be [N]");
   require(rows <= (int64_t{1} << 31) - 1, op, "too many rows");
   if (rows == 0) return;
-
-  const bool aligned_dx = aligned16(dx.data) && aligned16(dout.data) && aligned16(x.data) &&
-                          aligned16(weight.data);
-  dispatch(x.dtype, aligned_dx && c % kVec<float> == 0, aligned_dx && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             auto* d = static_cast<T*>(dx.data);
-             auto* g = static_cast<const T*>(dout.data);
-             auto* xp = static_cast<const T*>(x.data);
-             auto* wp = static_cast<const T*>(weight.data);
-             if (c <= kWarpRowMaxCols) {
-               layernorm_bwd_dx_kernel<T, V, 32, true>
-                   <<<row_blocks(rows, 32), kRowThreads, 0, stream>>>(
-                       d, g, xp, wp, nullptr, rstd.as<float>(), rows, c);
-             } else {
-               layernorm_bwd_dx_kernel<T, V, kRowThreads, true>
-                   <<<row_blocks(rows, kRowThreads), kRowThreads, 0, stream>>>(
-                       d, g, xp, wp, nullptr, rstd.as<float>(), rows, c);
-             }
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_dx_kernel (rms)");
+  launch_norm_bwd_dx<true>(stream, dx, dout, x, weight, nullptr, rstd, rows, c);
   if (!with_dweight) return;
 
   require(scratch != nullptr, op, "scratch (rmsnorm_bwd_scratch_floats floats) is null");
-  const int64_t per_chunk = rows_per_chunk(rows);
   const int64_t chunks = chunk_count(rows);
-  const bool aligned_p = aligned16(dout.data) && aligned16(x.data);
-  dispatch(x.dtype, aligned_p && c % kVec<float> == 0, aligned_p && c % kVec<uint16_t> == 0,
-           [&](auto tag, auto vec) {
-             using T = decltype(tag);
-             constexpr int V = decltype(vec)::value ? kVec<T> : 1;
-             const int64_t tiles = (c / V + kTileX - 1) / kTileX;
-             require(tiles <= (int64_t{1} << 31) - 1, op, "C too large");
-             const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
-             layernorm_bwd_partials_kernel<T, V, true><<<grid, kTileX * kTileY, 0, stream>>>(
-                 scratch, static_cast<const T*>(dout.data), static_cast<const T*>(x.data),
-                 nullptr, rstd.as<float>(), rows, c, per_chunk, chunks);
-           });
-  JUMBO_CUDA_CHECK_LAST("layernorm_bwd_partials_kernel (rms)");
+  launch_norm_bwd_partials<true>(stream, op, scratch, dout, x, nullptr, rstd, rows, c);
 
   constexpr int kFinishThreads = 256;
   rmsnorm_bwd_finish_kernel<<<static_cast<unsigned>((c + kFinishThreads - 1) / kFinishThreads),

@@ -25,6 +25,7 @@
 namespace jumbo::cuda {
 namespace {
 
+#include "chunked_sum.cuh"
 #include "storage_io.cuh"
 
 constexpr int kThreads = 256;  // 8 warps, one (row, head) each
@@ -155,16 +156,6 @@ __global__ void __launch_bounds__(kThreads)
 // ---- weight gradients over head instances ----
 constexpr int kTileX = 32;  // columns per partials block
 constexpr int kTileY = 8;   // thread rows striding the chunk's instances
-constexpr int64_t kMinPerChunk = 64;
-constexpr int64_t kMaxChunks = 256;
-
-int64_t per_chunk(int64_t instances) {
-  const int64_t even = (instances + kMaxChunks - 1) / kMaxChunks;
-  return even > kMinPerChunk ? even : kMinPerChunk;
-}
-int64_t chunks_of(int64_t instances) {
-  return instances <= 0 ? 0 : (instances + per_chunk(instances) - 1) / per_chunk(instances);
-}
 
 // part[chunk][col] = sum over the chunk's instances of x * rstd * dout at column col of the
 // instance's head. KEY: the instances are (row, key head), else (row, query head).
@@ -244,7 +235,7 @@ unsigned warp_blocks(const HeadShape& s) {
 size_t qk_norm_bwd_scratch_floats(int64_t rows, int64_t heads, int64_t kv_heads,
                                   int64_t head_dim) {
   if (rows <= 0 || head_dim <= 0) return 0;
-  return static_cast<size_t>((chunks_of(rows * heads) + chunks_of(rows * kv_heads)) * head_dim);
+  return static_cast<size_t>((chunk_count(rows * heads) + chunk_count(rows * kv_heads)) * head_dim);
 }
 
 void qk_norm_fwd(cudaStream_t stream, Tensor out, Tensor rstd, Tensor qkv, Tensor q_weight,
@@ -295,7 +286,7 @@ void qk_norm_bwd(cudaStream_t stream, Tensor dqkv, Tensor dq_weight, Tensor dk_w
 
   // The weights' gradients first: dqkv may be dout.
   const int64_t q_inst = s.rows * s.g * s.r, k_inst = s.rows * s.g;
-  const int64_t q_chunks = chunks_of(q_inst), k_chunks = chunks_of(k_inst);
+  const int64_t q_chunks = chunk_count(q_inst), k_chunks = chunk_count(k_inst);
   require(q_chunks <= 65535 && k_chunks <= 65535, op, "too many chunks");
   if (!dq_weight.empty() || !dk_weight.empty()) {
     require(scratch != nullptr, op, "scratch (qk_norm_bwd_scratch_floats floats) is null");
@@ -310,7 +301,7 @@ void qk_norm_bwd(cudaStream_t stream, Tensor dqkv, Tensor dq_weight, Tensor dk_w
     if (!dq_weight.empty()) {
       qk_norm_dw_partials_kernel<T, false>
           <<<dim3(col_tiles, static_cast<unsigned>(q_chunks)), kTileX * kTileY, 0, stream>>>(
-              scratch, xp, gp, rstd.as<float>(), s, q_inst, per_chunk(q_inst));
+              scratch, xp, gp, rstd.as<float>(), s, q_inst, rows_per_chunk(q_inst));
       qk_norm_dw_finish_kernel<<<finish_blocks, kFinishThreads, 0, stream>>>(
           dq_weight.as<float>(), scratch, q_chunks, s.d);
     }
@@ -318,7 +309,7 @@ void qk_norm_bwd(cudaStream_t stream, Tensor dqkv, Tensor dq_weight, Tensor dk_w
       float* kpart = scratch + q_chunks * s.d;
       qk_norm_dw_partials_kernel<T, true>
           <<<dim3(col_tiles, static_cast<unsigned>(k_chunks)), kTileX * kTileY, 0, stream>>>(
-              kpart, xp, gp, rstd.as<float>(), s, k_inst, per_chunk(k_inst));
+              kpart, xp, gp, rstd.as<float>(), s, k_inst, rows_per_chunk(k_inst));
       qk_norm_dw_finish_kernel<<<finish_blocks, kFinishThreads, 0, stream>>>(
           dk_weight.as<float>(), kpart, k_chunks, s.d);
     }
