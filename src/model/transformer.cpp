@@ -55,14 +55,14 @@ TransformerStage::TransformerStage(const ModelConfig& cfg, const StageOptions& o
   layout_activations(acts_arena_);
   if (sp_) {
     region_ = TensorParallelRegion(backend_, tp_, {.batch = opts_.micro_batch, .seq = opts_.seq,
-                                                   .width = cfg_.d_model, .stage = sp_stage_});
+                                                   .width = cfg_.d_model, .stage = acts_.sp_stage});
   }
   host_losses_.resize(opts_.has_head ? opts_.losses_per_read * opts_.micro_batch * opts_.seq : 0);
   if (spec_.rope()) {  // constants, uploaded once
-    backend_.from_host(rope_table_, rope_table(cfg_, cfg_.context).data());
+    backend_.from_host(acts_.rope_table, rope_table(cfg_, cfg_.context).data());
     std::vector<int32_t> positions(static_cast<size_t>(opts_.micro_batch * opts_.seq));
     for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i % opts_.seq);
-    backend_.from_host(sequence_positions_, positions.data());
+    backend_.from_host(acts_.sequence_positions, positions.data());
   }
   if (sp_) host_positions_part_.resize(static_cast<size_t>(opts_.micro_batch * seq_part_));
 }
@@ -246,40 +246,22 @@ void TransformerStage::layout_activations(Arena& arena) {
   // The stage's tensors as model/activations.h lays them out (what the planner counts).
   StageActivations a = layout_stage_activations(arena, cfg_, opts_, tp_size_,
                                                 backend_.attention_stats_cols(opts_.seq));
-  recomputed_ = a.recomputed;
   slots_.assign(opts_.slots, Slot{});
   for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    SlotActivations& t = a.slots[i];
-    slot.tokens = t.tokens;
-    slot.targets = t.targets;
-    slot.positions = t.positions;
-    slot.positions_part = t.positions_part;
-    slot.encoded = t.encoded;
-    slot.dinput = t.dinput;
-    slot.layers = std::move(t.layers);
+    static_cast<SlotActivations&>(slots_[i]) = std::move(a.slots[i]);
   }
-  lnf_ = a.lnf, lnf_full_ = a.lnf_full, lnf_mean_ = a.lnf_mean, lnf_rstd_ = a.lnf_rstd;
-  logits_ = a.logits, ce_max_ = a.ce_max, ce_sumexp_ = a.ce_sumexp, ce_target_ = a.ce_target;
-  losses_ = a.losses, loss_record_ = a.loss_record;
-  emb_full_ = a.emb_full, proj_out_ = a.proj_out, proj_part_ = a.proj_part;
-  dresidual_ = a.dresidual, dres_full_ = a.dres_full, dln_ = a.dln, dln_part_ = a.dln_part;
-  sp_stage_ = a.sp_stage, datty_ = a.datty, dqkv_ = a.dqkv, dfch_ = a.dfch;
-  dfch_act_ = a.dfch_act, dprobs_ = a.dprobs;
-  lora_scratch_ = a.lora_scratch, lora_dh_ = a.lora_dh, lora_dropped_ = a.lora_dropped;
-  frozen_norm_w_ = a.frozen_norm_w, frozen_norm_b_ = a.frozen_norm_b;
-  rope_table_ = a.rope_table, sequence_positions_ = a.sequence_positions;
-  lora_dout_ = a.lora_dout;
+  a.slots.clear();
+  acts_ = std::move(a);
   for (Slot& slot : slots_) {
     for (size_t l = 0; l < slot.layers.size(); ++l) {
       LayerActs& la = slot.layers[l];
       la.input = l > 0 ? slot.layers[l - 1].residual3 : slot.encoded;
-      la.proj_full = proj_out_;
-      la.proj_part = proj_part_;
+      la.proj_full = acts_.proj_out;
+      la.proj_part = acts_.proj_part;
       if (lora_) {
         la.lora_rows = std::span<const LoraRows>(&every_row_, 1);
-        la.lora_scratch = lora_scratch_;
-        la.lora_dropped = lora_dropped_;
+        la.lora_scratch = acts_.lora_scratch;
+        la.lora_dropped = acts_.lora_dropped;
       }
     }
   }
@@ -292,17 +274,17 @@ Tensor TransformerStage::output(int slot) {
 
 void TransformerStage::head_forward(Slot& s, Tensor x) {
   head_logits_forward(layer_context(), {.head = head_, .lnf_w = lnf_w_, .lnf_b = lnf_b_},
-                      {.lnf = lnf_, .lnf_full = lnf_full_, .lnf_mean = lnf_mean_,
-                       .lnf_rstd = lnf_rstd_, .logits = logits_},
+                      {.lnf = acts_.lnf, .lnf_full = acts_.lnf_full, .lnf_mean = acts_.lnf_mean,
+                       .lnf_rstd = acts_.lnf_rstd, .logits = acts_.logits},
                       x, vocab_valid_);
   // Vocab-parallel cross-entropy: three tp all-reduces, no gathered logits.
-  backend_.ce_local_max(ce_max_, logits_);
-  tp_.all_reduce(ce_max_, ReduceOp::max);
-  backend_.ce_local_sumexp(ce_sumexp_, logits_, ce_max_);
-  backend_.ce_target_logit(ce_target_, logits_, s.targets, vocab_start_);
-  tp_.all_reduce(ce_sumexp_, ReduceOp::sum);
-  tp_.all_reduce(ce_target_, ReduceOp::sum);
-  backend_.ce_loss(losses_, ce_max_, ce_sumexp_, ce_target_, s.targets);
+  backend_.ce_local_max(acts_.ce_max, acts_.logits);
+  tp_.all_reduce(acts_.ce_max, ReduceOp::max);
+  backend_.ce_local_sumexp(acts_.ce_sumexp, acts_.logits, acts_.ce_max);
+  backend_.ce_target_logit(acts_.ce_target, acts_.logits, s.targets, vocab_start_);
+  tp_.all_reduce(acts_.ce_sumexp, ReduceOp::sum);
+  tp_.all_reduce(acts_.ce_target, ReduceOp::sum);
+  backend_.ce_loss(acts_.losses, acts_.ce_max, acts_.ce_sumexp, acts_.ce_target, s.targets);
 }
 
 int64_t TransformerStage::flat_end(std::initializer_list<int> params) const {
@@ -346,7 +328,7 @@ void TransformerStage::forward(int slot, int chunk, const int32_t* tokens, const
     if (!lora_) need({wte_, wpe_});  // wpe_ -1 with RoPE
     backend_.from_host(s.tokens, tokens);
     // Vocab-parallel embedding: each rank looks up its slice, zeros elsewhere, then all-reduce.
-    Tensor full = sp_ ? emb_full_ : s.encoded;
+    Tensor full = sp_ ? acts_.emb_full : s.encoded;
     backend_.token_embedding_fwd(full, s.tokens, params_.weight(wte_), vocab_start_);
     region_.reduce(full, s.encoded);
     if (spec_.learned_positions() && s.packed) {
@@ -369,8 +351,8 @@ void TransformerStage::forward(int slot, int chunk, const int32_t* tokens, const
     throw std::logic_error(fmt::format("TransformerStage: more than losses_per_read = {} microbatches "
                                        "before take_loss_sum()", opts_.losses_per_read));
   }
-  const int64_t n = losses_.numel();
-  backend_.copy(loss_record_.rows(losses_recorded_ * n, n), losses_);
+  const int64_t n = acts_.losses.numel();
+  backend_.copy(acts_.loss_record.rows(losses_recorded_ * n, n), acts_.losses);
   ++losses_recorded_;
 }
 
@@ -382,8 +364,8 @@ void TransformerStage::begin_run(std::optional<uint64_t> dropout_seed) {
 
 double TransformerStage::take_loss_sum() {
   if (losses_recorded_ == 0) return 0;
-  const int64_t n = losses_.numel();
-  backend_.to_host(host_losses_.data(), loss_record_.rows(0, losses_recorded_ * n));
+  const int64_t n = acts_.losses.numel();
+  backend_.to_host(host_losses_.data(), acts_.loss_record.rows(0, losses_recorded_ * n));
   double sum = 0;
   for (int64_t k = 0; k < losses_recorded_; ++k) {
     double microbatch = 0;  // per microbatch first: the same sums as one read per microbatch
@@ -396,8 +378,8 @@ double TransformerStage::take_loss_sum() {
 
 void TransformerStage::take_token_losses(std::vector<float>& out) {
   if (losses_recorded_ == 0) return;
-  const int64_t n = losses_recorded_ * losses_.numel();
-  backend_.to_host(host_losses_.data(), loss_record_.rows(0, n));
+  const int64_t n = losses_recorded_ * acts_.losses.numel();
+  backend_.to_host(host_losses_.data(), acts_.loss_record.rows(0, n));
   out.insert(out.end(), host_losses_.begin(), host_losses_.begin() + n);
   losses_recorded_ = 0;
 }
@@ -410,25 +392,25 @@ void TransformerStage::lora_backward(LoraTarget target, const LayerParams& p, Te
   if (const ColumnBlocks part = lora_output_blocks(spec_, target); part.block > 0) {
     // The map's part of its packed output's gradient, contiguous: what B's products read.
     const int64_t rows = dout.numel() / dout.dim(-1), width = adapters_.info(b_ix).slice.shape[0];
-    const Tensor narrow = lora_dout_.rows(0, rows * width).view({rows, width});
+    const Tensor narrow = acts_.lora_dout.rows(0, rows * width).view({rows, width});
     backend_.copy_from_column_blocks(narrow, dout.view({rows, dout.dim(-1)}), part);
     dout = narrow;
   }
   // dh = dout B, dB += dout^T h (h already holds scale x (x A^T)); then the scale's share.
-  backend_.linear_bwd(lora_dh_, adapters_.grad(b_ix), Tensor{}, dout, a.lora_h[i],
+  backend_.linear_bwd(acts_.lora_dh, adapters_.grad(b_ix), Tensor{}, dout, a.lora_h[i],
                       adapters_.weight(b_ix));
-  backend_.scale(lora_dh_, adapter_.scale);
+  backend_.scale(acts_.lora_dh, adapter_.scale);
   // dx += dh A, dA += dh^T x. Column-parallel: dh, dA and dx are partial sums over tp (dA's
   // by its ParamInfo, dx with the base map's input gradient). Row-parallel: all exact.
-  const Tensor share = lora_scratch_.rows(0, dx.numel()).view({lora_dh_.dim(0), dx.numel() / lora_dh_.dim(0)});
+  const Tensor share = acts_.lora_scratch.rows(0, dx.numel()).view({acts_.lora_dh.dim(0), dx.numel() / acts_.lora_dh.dim(0)});
   Tensor input = x;
   DropoutMask mask;
   if (adapter_.dropout > 0) {  // the forward's dropped-out input, and its mask on dx's share
     mask = lora_dropout_mask(adapter_, a.dropout_seed, target, region_, x.dim(-1));
-    input = lora_dropped_.rows(0, x.numel()).view({share.dim(0), share.dim(1)});
+    input = acts_.lora_dropped.rows(0, x.numel()).view({share.dim(0), share.dim(1)});
     backend_.dropout(input, x.view({share.dim(0), share.dim(1)}), mask);
   }
-  backend_.linear_bwd(share, adapters_.grad(a_ix), Tensor{}, lora_dh_, input, adapters_.weight(a_ix));
+  backend_.linear_bwd(share, adapters_.grad(a_ix), Tensor{}, acts_.lora_dh, input, adapters_.weight(a_ix));
   if (adapter_.dropout > 0) backend_.dropout(share, share, mask);
   backend_.add(dx, dx, share);
 }
@@ -436,10 +418,10 @@ void TransformerStage::lora_backward(LoraTarget target, const LayerParams& p, Te
 void TransformerStage::norm_backward(Tensor dx, int weight, int bias, Tensor dout, Tensor x, Tensor mean,
                              Tensor rstd) {
   if (spec_.norm == Norm::rmsnorm) {
-    backend_.rmsnorm_bwd(dx, norm_grad(weight, frozen_norm_w_), dout, x, params_.weight(weight),
+    backend_.rmsnorm_bwd(dx, norm_grad(weight, acts_.frozen_norm_w), dout, x, params_.weight(weight),
                          rstd);
   } else {
-    backend_.layernorm_bwd(dx, norm_grad(weight, frozen_norm_w_), norm_grad(bias, frozen_norm_b_),
+    backend_.layernorm_bwd(dx, norm_grad(weight, acts_.frozen_norm_w), norm_grad(bias, acts_.frozen_norm_b),
                            dout, x, params_.weight(weight), mean, rstd);
   }
 }
@@ -448,57 +430,57 @@ void TransformerStage::block_backward(LayerActs& a, const LayerParams& p, Tensor
   auto W = [&](int i) { return params_.weight(i); };
   // Empty for LoRA's frozen base (no dW) and for a bias the spec has not.
   auto G = [&](int i) { return i >= 0 ? params_.grad(i) : Tensor{}; };
-  Tensor dres = dresidual_;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
+  Tensor dres = acts_.dresidual;  // holds d(residual3) on entry, d(input) on exit (this rank's part)
   // MLP: residual3 = residual2 + fc2(act(fc1(ln2(residual2))))
-  region_.gather(dres, dres_full_);
-  backend_.linear_bwd(dfch_act_, G(p.fc2_w), G(p.fc2_b), dres_full_, a.fch_act, W(p.fc2_w));
-  lora_backward(LoraTarget::fc2, p, dres_full_, a.fch_act, dfch_act_, a);
+  region_.gather(dres, acts_.dres_full);
+  backend_.linear_bwd(acts_.dfch_act, G(p.fc2_w), G(p.fc2_b), acts_.dres_full, a.fch_act, W(p.fc2_w));
+  lora_backward(LoraTarget::fc2, p, acts_.dres_full, a.fch_act, acts_.dfch_act, a);
   if (spec_.swiglu()) {  // the packed gate and up: one GEMM's gradients
-    backend_.swiglu_bwd(dfch_, dfch_act_, a.fch);
+    backend_.swiglu_bwd(acts_.dfch, acts_.dfch_act, a.fch);
     const Tensor dw = lora_ ? Tensor{} : params_.joined_grads(p.fc1_w, p.up_w);
     const Tensor db = lora_ || p.fc1_b < 0 ? Tensor{} : params_.joined_grads(p.fc1_b, p.up_b);
-    backend_.linear_bwd(dln_, dw, db, dfch_, a.ln2_full, params_.joined_weights(p.fc1_w, p.up_w));
+    backend_.linear_bwd(acts_.dln, dw, db, acts_.dfch, a.ln2_full, params_.joined_weights(p.fc1_w, p.up_w));
   } else {
-    backend_.gelu_bwd(dfch_, dfch_act_, a.fch);
-    backend_.linear_bwd(dln_, G(p.fc1_w), G(p.fc1_b), dfch_, a.ln2_full, W(p.fc1_w));
+    backend_.gelu_bwd(acts_.dfch, acts_.dfch_act, a.fch);
+    backend_.linear_bwd(acts_.dln, G(p.fc1_w), G(p.fc1_b), acts_.dfch, a.ln2_full, W(p.fc1_w));
   }
   for (LoraTarget map : {LoraTarget::fc1, LoraTarget::gate, LoraTarget::up}) {
-    lora_backward(map, p, dfch_, a.ln2_full, dln_, a);
+    lora_backward(map, p, acts_.dfch, a.ln2_full, acts_.dln, a);
   }
-  region_.reduce(dln_, dln_part_);  // column-parallel input gradient
-  norm_backward(dres, p.ln2_w, p.ln2_b, dln_part_, a.residual2, a.ln2_mean, a.ln2_rstd);
+  region_.reduce(acts_.dln, acts_.dln_part);  // column-parallel input gradient
+  norm_backward(dres, p.ln2_w, p.ln2_b, acts_.dln_part, a.residual2, a.ln2_mean, a.ln2_rstd);
   // Attention: residual2 = input + proj(attn(rope?(qkv(ln1(input)))))
-  region_.gather(dres, dres_full_);
-  backend_.linear_bwd(datty_, G(p.proj_w), G(p.proj_b), dres_full_, a.atty, W(p.proj_w));
-  lora_backward(LoraTarget::proj, p, dres_full_, a.atty, datty_, a);
-  backend_.attention_bwd(dqkv_, dprobs_, datty_, a.qkv, a.atty, a.probs, causal_.kv_heads,
+  region_.gather(dres, acts_.dres_full);
+  backend_.linear_bwd(acts_.datty, G(p.proj_w), G(p.proj_b), acts_.dres_full, a.atty, W(p.proj_w));
+  lora_backward(LoraTarget::proj, p, acts_.dres_full, a.atty, acts_.datty, a);
+  backend_.attention_bwd(acts_.dqkv, acts_.dprobs, acts_.datty, a.qkv, a.atty, a.probs, causal_.kv_heads,
                          causal_.positions);
   if (spec_.rope()) {  // back through the rotation: d(before) = R^T d(after)
-    backend_.rope(dqkv_, rope_table_, rope_positions, spec_.kv_heads_local(), RopeDirection::inverse);
+    backend_.rope(acts_.dqkv, acts_.rope_table, rope_positions, spec_.kv_heads_local(), RopeDirection::inverse);
   }
   if (spec_.qk_norm) {  // in place: d(qkv_raw) from d(qkv)
-    backend_.qk_norm_bwd(dqkv_, lora_ ? Tensor{} : G(p.q_norm_w), lora_ ? Tensor{} : G(p.k_norm_w),
-                         dqkv_, a.qkv_raw, W(p.q_norm_w), W(p.k_norm_w), a.qk_rstd,
+    backend_.qk_norm_bwd(acts_.dqkv, lora_ ? Tensor{} : G(p.q_norm_w), lora_ ? Tensor{} : G(p.k_norm_w),
+                         acts_.dqkv, a.qkv_raw, W(p.q_norm_w), W(p.k_norm_w), a.qk_rstd,
                          spec_.kv_heads_local());
   }
-  backend_.linear_bwd(dln_, G(p.qkv_w), G(p.qkv_b), dqkv_, a.ln1_full, W(p.qkv_w));
+  backend_.linear_bwd(acts_.dln, G(p.qkv_w), G(p.qkv_b), acts_.dqkv, a.ln1_full, W(p.qkv_w));
   for (LoraTarget map : {LoraTarget::qkv, LoraTarget::q, LoraTarget::k, LoraTarget::v}) {
-    lora_backward(map, p, dqkv_, a.ln1_full, dln_, a);
+    lora_backward(map, p, acts_.dqkv, a.ln1_full, acts_.dln, a);
   }
-  region_.reduce(dln_, dln_part_);
-  norm_backward(dres, p.ln1_w, p.ln1_b, dln_part_, a.input, a.ln1_mean, a.ln1_rstd);
+  region_.reduce(acts_.dln, acts_.dln_part);
+  norm_backward(dres, p.ln1_w, p.ln1_b, acts_.dln_part, a.input, a.ln1_mean, a.ln1_rstd);
 }
 
 void TransformerStage::head_backward(Slot& s, Tensor x, float loss_scale) {
   const int64_t n = opts_.micro_batch * opts_.seq, c = cfg_.d_model;
   // dlogits overwrite the logits in place.
-  backend_.ce_bwd(logits_, logits_, ce_max_, ce_sumexp_, s.targets, vocab_start_, loss_scale);
-  backend_.fill_columns(logits_, vocab_valid_, 0.0f);
-  backend_.linear_bwd(dln_.view({n, c}), lora_ ? Tensor{} : params_.grad(head_), Tensor{}, logits_,
-                      lnf_full_.view({n, c}), params_.weight(head_));
-  region_.reduce(dln_, dln_part_);  // the head is column-parallel over the vocabulary
-  backend_.fill(dresidual_, 0.0f);
-  norm_backward(dresidual_, lnf_w_, lnf_b_, dln_part_, x, lnf_mean_, lnf_rstd_);
+  backend_.ce_bwd(acts_.logits, acts_.logits, acts_.ce_max, acts_.ce_sumexp, s.targets, vocab_start_, loss_scale);
+  backend_.fill_columns(acts_.logits, vocab_valid_, 0.0f);
+  backend_.linear_bwd(acts_.dln.view({n, c}), lora_ ? Tensor{} : params_.grad(head_), Tensor{}, acts_.logits,
+                      acts_.lnf_full.view({n, c}), params_.weight(head_));
+  region_.reduce(acts_.dln, acts_.dln_part);  // the head is column-parallel over the vocabulary
+  backend_.fill(acts_.dresidual, 0.0f);
+  norm_backward(acts_.dresidual, lnf_w_, lnf_b_, acts_.dln_part, x, acts_.lnf_mean, acts_.lnf_rstd);
 }
 
 void TransformerStage::backward(int slot, int chunk, float loss_scale) {
@@ -536,16 +518,16 @@ void TransformerStage::backward(int slot, int chunk, float loss_scale) {
   if (opts_.has_embedding && chunk == 0 && lora_) return;  // the frozen embeddings: nothing to do
   if (opts_.has_embedding && chunk == 0) {
     if (spec_.learned_positions() && s.packed) {
-      backend_.position_embedding_bwd(params_.grad(wpe_), dresidual_, s.positions_part);
+      backend_.position_embedding_bwd(params_.grad(wpe_), acts_.dresidual, s.positions_part);
     } else if (spec_.learned_positions()) {
       backend_.position_embedding_bwd(
-          params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), dresidual_);
+          params_.grad(wpe_).rows(sp_ ? tp_rank_ * seq_part_ : 0, seq_part_), acts_.dresidual);
     }
-    region_.gather(dresidual_, dres_full_);
-    backend_.token_embedding_bwd(params_.grad(wte_), dres_full_, s.tokens, vocab_start_);
+    region_.gather(acts_.dresidual, acts_.dres_full);
+    backend_.token_embedding_bwd(params_.grad(wte_), acts_.dres_full, s.tokens, vocab_start_);
     if (wpe_ >= 0) ready(wpe_);  // RoPE: no position table; the embedding is never reported
   } else {
-    backend_.copy(s.dinput, dresidual_);  // sent to the previous stage from here
+    backend_.copy(s.dinput, acts_.dresidual);  // sent to the previous stage from here
   }
 }
 

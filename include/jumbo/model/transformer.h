@@ -20,6 +20,7 @@
 #include "jumbo/backend/backend.h"
 #include "jumbo/comm/comm.h"
 #include "jumbo/config/config.h"
+#include "jumbo/model/activations.h"
 #include "jumbo/model/layer.h"
 #include "jumbo/model/params.h"
 #include "jumbo/model/spec.h"
@@ -96,7 +97,7 @@ class TransformerStage final : public ModelStage {
   // Stage boundary tensors, [B, S, C] ([B, S/tp, C] with sequence parallelism).
   Tensor input(int slot) override { return slots_[slot].encoded; }
   Tensor output(int slot) override;
-  Tensor grad_output() override { return dresidual_; }
+  Tensor grad_output() override { return acts_.dresidual; }
   Tensor grad_input(int slot) override { return slots_[slot].dinput; }
 
   void zero_grads() override { backend_.fill(trained_params().all_grads(), 0.0f); }
@@ -120,22 +121,18 @@ class TransformerStage final : public ModelStage {
   size_t activation_bytes() const override { return acts_arena_.used(); }
   // The last stage's logits of its last forward, [micro_batch x seq, vocab slice] in the
   // compute dtype, padded columns -inf (kept until the next backward overwrites them).
-  Tensor logits() override { return logits_; }
+  Tensor logits() override { return acts_.logits; }
   Backend& backend() { return backend_; }
   int64_t padded_vocab() const override { return vocab_padded_; }
   const StageOptions& options() const override { return opts_; }
 
  private:
   using LayerActs = LayerTensors;  // input: the previous layer's residual3 (or encoded)
-  // Forward state of one microbatch in flight.
-  struct Slot {
-    Tensor tokens, targets, encoded, dinput;
-    // Packed sequences: positions of the whole sequence (attention) and of this rank's part
-    // of it (the position embedding; the same tensor without sequence parallelism).
-    Tensor positions, positions_part;
+  // Forward state of one microbatch in flight: its tensors (model/activations.h), whether its
+  // sequences are packed, and the model chunk whose microbatch it holds.
+  struct Slot : SlotActivations {
     bool packed = false;
-    std::vector<LayerActs> layers;
-    int chunk = 0;  // the model chunk whose microbatch the slot holds
+    int chunk = 0;
   };
   std::optional<uint64_t> dropout_seed_;  // this run's (begin_run)
   std::vector<int64_t> forwards_in_run_;   // per chunk
@@ -144,13 +141,13 @@ class TransformerStage final : public ModelStage {
   void layout_activations(Arena& arena);
   // The layers' context for a microbatch whose rows sit at rope_positions (RoPE).
   LayerContext layer_context(Tensor rope_positions = {}) {
-    return {backend_, region_, params_, spec_, rope_table_, rope_positions};
+    return {backend_, region_, params_, spec_, acts_.rope_table, rope_positions};
   }
   // A norm's backward by the spec: dx += ..., the weight's (and bias's) gradient +=.
   void norm_backward(Tensor dx, int weight, int bias, Tensor dout, Tensor x, Tensor mean,
                      Tensor rstd);
   // The positions RoPE rotates a slot's rows by: its packed positions, or 0 .. seq-1.
-  Tensor rope_positions(const Slot& s) const { return s.packed ? s.positions : sequence_positions_; }
+  Tensor rope_positions(const Slot& s) const { return s.packed ? s.positions : acts_.sequence_positions; }
   void block_backward(LayerActs& a, const LayerParams& p, Tensor rope_positions);
   // Backward of out += scale B(A(x)) (layer.h's lora_forward) after its base map's: dB, then
   // dh = scale dout B, dA, and dx += dh A.
@@ -183,28 +180,16 @@ class TransformerStage final : public ModelStage {
   ParamStore adapters_;  // LoRA's trained parameters
   LoraAdapter adapter_;   // the adapters as the layers run them
   LoraRows every_row_;    // a microbatch's rows, all on adapter_
-  Tensor lora_scratch_, lora_dh_;        // B's output (and dx's share); scale dout B
-  Tensor lora_dropped_;                   // LoRA dropout: the dropped-out input
-  Tensor lora_dout_;  // a q/k/v/gate/up adapter's part of its packed output's gradient
-  Tensor frozen_norm_w_, frozen_norm_b_;  // what a frozen norm's backward writes, unread
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, head_ = -1;
-  // RoPE: f32 [context, head_dim] cos and sin, and i32 [B*S] 0 .. seq-1 per sequence.
-  Tensor rope_table_, sequence_positions_;
   std::vector<LayerParams> layer_params_;  // this stage's layers, chunk after chunk
   Arena acts_arena_;
   std::vector<Slot> slots_;
-  // The head runs forward and backward of one microbatch back to back (the last stage has
-  // one microbatch in flight), so its buffers are not per slot.
-  Tensor lnf_, lnf_full_, lnf_mean_, lnf_rstd_, logits_, ce_max_, ce_sumexp_, ce_target_, losses_;
-  // Scratch shared by all slots: "full" tensors span the sequence, "part" ones this rank's
-  // part (aliases without SP); sp_stage_ reorders [B, S, C] as [tp, B, S/tp, C].
-  Tensor emb_full_, proj_out_, proj_part_, dresidual_, dres_full_, dln_, dln_part_, datty_, dqkv_,
-      dfch_, dfch_act_, dprobs_, sp_stage_;
-  // Layer tensors that recomputation does not keep per slot: written by every forward,
-  // rebuilt before each backward.
-  LayerActs recomputed_;
-  Tensor loss_record_;              // f32 [losses_per_read x micro_batch x seq], last stage
-  int64_t losses_recorded_ = 0;     // microbatches in loss_record_
+  // Everything but the slots' tensors, as model/activations.h lays it out and describes it:
+  // the head's (not per slot: the last stage runs a microbatch's forward and backward back to
+  // back), the scratch all slots share, LoRA's, RoPE's, and the layer tensors recomputation
+  // does not keep per slot (written by every forward, rebuilt before each backward).
+  StageActivations acts_;
+  int64_t losses_recorded_ = 0;     // microbatches in acts_.loss_record
   std::vector<float> host_losses_;  // its host copy
   std::vector<int32_t> host_positions_part_;  // sequence parallel: this rank's positions
   std::function<void(int64_t)> grads_ready_;
