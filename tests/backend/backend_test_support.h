@@ -74,4 +74,16 @@ struct DTypeName {
   }
 };
 
+// The fixture of the kernel tests over storage dtypes: the dtype, a tag naming it, its
+// tolerance, a bench and a generator seeded per test file.
+class DTypeKernelTest : public ::testing::TestWithParam<DType> {
+ protected:
+  explicit DTypeKernelTest(uint64_t seed) : rng(seed) {}
+  DType dt() const { return GetParam(); }
+  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
+  double tol() const { return tolerance_for(dt()); }
+  KernelBench kb;
+  Rng rng;
+};
+
 }  // namespace jumbo::test

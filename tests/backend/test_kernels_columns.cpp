@@ -9,11 +9,9 @@
 namespace jumbo::test {
 namespace {
 
-class ColumnBlockKernels : public ::testing::TestWithParam<DType> {
+class ColumnBlockKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  KernelBench kb;
-  Rng rng{5};
+  ColumnBlockKernels() : DTypeKernelTest(5) {}
 };
 
 TEST_P(ColumnBlockKernels, AddAndCopyTheBlocks) {

@@ -18,13 +18,9 @@ namespace {
 
 constexpr int64_t kBig = 100003;  // prime: no kernel's chunking divides it
 
-class ElementwiseKernels : public ::testing::TestWithParam<DType> {
+class ElementwiseKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
-  double tol() const { return tolerance_for(dt()); }
-  KernelBench kb;
-  Rng rng{7};
+  ElementwiseKernels() : DTypeKernelTest(7) {}
 };
 
 TEST_P(ElementwiseKernels, Gelu) {

@@ -9,13 +9,9 @@
 namespace jumbo::test {
 namespace {
 
-class LayerKernels : public ::testing::TestWithParam<DType> {
+class LayerKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
-  double tol() const { return tolerance_for(dt()); }
-  KernelBench kb;
-  Rng rng{42};
+  LayerKernels() : DTypeKernelTest(42) {}
 };
 
 TEST_P(LayerKernels, TokenEmbeddingWithVocabSlice) {

@@ -11,13 +11,9 @@
 namespace jumbo::test {
 namespace {
 
-class LlamaKernels : public ::testing::TestWithParam<DType> {
+class LlamaKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
-  double tol() const { return tolerance_for(dt()); }
-  KernelBench kb;
-  Rng rng{43};
+  LlamaKernels() : DTypeKernelTest(43) {}
 };
 
 std::string shape_name(const ref::AttentionShape& s) {

@@ -10,13 +10,9 @@
 namespace jumbo::test {
 namespace {
 
-class LossKernels : public ::testing::TestWithParam<DType> {
+class LossKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
-  double tol() const { return tolerance_for(dt()); }
-  KernelBench kb;
-  Rng rng{21};
+  LossKernels() : DTypeKernelTest(21) {}
 };
 
 // Two vocab slices as two tensor-parallel ranks hold them: [0, V0) and [V0, V0 + V1). Each

@@ -8,12 +8,9 @@
 namespace jumbo::test {
 namespace {
 
-class QkNormKernels : public ::testing::TestWithParam<DType> {
+class QkNormKernels : public DTypeKernelTest {
  protected:
-  DType dt() const { return GetParam(); }
-  std::string tag(const std::string& what) const { return what + " [" + dtype_name(dt()) + "]"; }
-  KernelBench kb;
-  Rng rng{71};
+  QkNormKernels() : DTypeKernelTest(71) {}
 };
 
 struct Shape {
