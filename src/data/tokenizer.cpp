@@ -3,6 +3,7 @@
 // (a SentencePiece .model or a tokenizer.json: tokenizer_model.h), and inspection of a
 // vocabulary.
 #include "jumbo/data/tokenizer.h"
+#include "jumbo/data/utf8.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -157,6 +158,14 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& opts) {
   report.sample = sample.stats;
   report.train_seconds = train_tokenizer_on(std::move(sample), opts);
   return report;
+}
+
+bool looks_like_tokenizer_json(std::string_view bytes) {
+  for (char c : bytes) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    return c == '{';
+  }
+  return false;
 }
 
 Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "jumbo/data/utf8.h"
+
 namespace jumbo::serve {
 
 std::string token_text(const Tokenizer& tokenizer, int32_t id) {

@@ -10,6 +10,7 @@
 #include "jumbo/config/config.h"
 #include "jumbo/config/hashing.h"
 #include "jumbo/data/tokenizer.h"
+#include "jumbo/data/utf8.h"
 
 namespace jumbo {
 namespace {

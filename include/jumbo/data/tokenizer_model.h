@@ -48,12 +48,4 @@ std::unique_ptr<TokenizerModel> load_tokenizer_json(const std::string& path,
 // Whether a tokenizer file's bytes are a tokenizer.json: the first non-space byte is '{'.
 bool looks_like_tokenizer_json(std::string_view bytes);
 
-// `text` with each maximal invalid UTF-8 subsequence replaced by U+FFFD, as the WHATWG
-// Encoding standard (and so node's TextDecoder) does; valid UTF-8 comes back unchanged.
-std::string sanitize_utf8(std::string_view text);
-bool is_valid_utf8(std::string_view text);
-// Unicode Normalization Form C of valid UTF-8 (utf8proc, Debian's libutf8proc), as a
-// tokenizer.json's {"type": "NFC"} normalizer applies it.
-std::string nfc_normalized(std::string_view text);
-
 }  // namespace jumbo

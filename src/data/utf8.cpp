@@ -1,13 +1,12 @@
-// UTF-8 checks for tokenizer.json: validation, WHATWG replacement of invalid sequences (what
-// node's TextDecoder and Python's errors="replace" do), and telling a tokenizer.json from a
-// SentencePiece model by its first byte.
+// UTF-8 (data/utf8.h): encoding a code point, validation, WHATWG replacement of invalid
+// sequences (what node's TextDecoder and Python's errors="replace" do), NFC by utf8proc.
 #include <utf8proc.h>
 
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
-#include "jumbo/data/tokenizer_model.h"
+#include "jumbo/data/utf8.h"
 
 namespace jumbo {
 namespace {
@@ -94,6 +93,24 @@ std::string sanitize_utf8(std::string_view s) {
   return out;
 }
 
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
 std::string nfc_normalized(std::string_view text) {
   utf8proc_uint8_t* mapped = nullptr;
   const utf8proc_ssize_t n =
@@ -109,12 +126,5 @@ std::string nfc_normalized(std::string_view text) {
   return out;
 }
 
-bool looks_like_tokenizer_json(std::string_view bytes) {
-  for (char c : bytes) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
-    return c == '{';
-  }
-  return false;
-}
 
 }  // namespace jumbo
